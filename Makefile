@@ -1,0 +1,31 @@
+# The two commands of README.md: `make demo` and `make test`.
+# Both create .venv and install the project (editable, with its test and pocl extras)
+# when it is missing or older than pyproject.toml, then run.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint setup clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[test,pocl]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m tile.demo
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+
+test: lint
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,1 @@
+"""Hardware abstraction layer: device-independent interfaces (filled by issue 3)."""

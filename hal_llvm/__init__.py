@@ -1,0 +1,1 @@
+"""LLVM CPU back end (filled by issue 3)."""

@@ -1,0 +1,1 @@
+"""OpenCL back end (filled by issue 4)."""

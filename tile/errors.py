@@ -1,0 +1,132 @@
+"""Errors of the Tile compiler (spec 11): every diagnostic has a code, a position and a caret.
+
+A `TileError` carries one or more `Diagnostic`s, the first of which gives the error its
+`code`, `line`, `column` and `message`; `str()` shows all of them, each with its source line
+and a caret. Front-end passes collect diagnostics in a `DiagnosticSink` so that every
+independent error of a program is reported at once (at least one per statement).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from tile.syntax import Span
+
+SYNTAX_CODES = frozenset({"E-LEX", "E-SYNTAX"})
+BIND_CODES = frozenset({"E-BIND"})
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnostic:
+    """One error or warning: code (`E-SHAPE`, `W-PREC`), message, 1-based position."""
+
+    code: str
+    message: str
+    line: int
+    column: int
+    source_line: str = ""
+
+    def __str__(self) -> str:
+        kind = "warning" if self.code.startswith("W-") else "error"
+        head = f"{kind}[{self.code}] {self.line}:{self.column}: {self.message}"
+        if not self.source_line:
+            return head
+        text = self.source_line.expandtabs(4)
+        # The caret column counts characters of the raw line; tabs widen it.
+        caret = len(self.source_line[: max(self.column - 1, 0)].expandtabs(4))
+        gutter = " " * len(str(self.line))
+        return f"{head}\n {self.line} | {text}\n {gutter} | {' ' * caret}^"
+
+
+def source_line(source: str, line: int) -> str:
+    lines = source.splitlines()
+    return lines[line - 1] if 1 <= line <= len(lines) else ""
+
+
+def diagnostic(code: str, message: str, span: Span | None, source: str) -> Diagnostic:
+    """A diagnostic at `span` (line 1, column 1 when the position is unknown)."""
+    line, column = (span.line, span.column) if span is not None else (1, 1)
+    return Diagnostic(code, message, line, column, source_line(source, line))
+
+
+class TileError(Exception):
+    """Base of every error the compiler reports about a user's program or request."""
+
+    def __init__(self, diagnostics: Diagnostic | Iterable[Diagnostic]) -> None:
+        items = (diagnostics,) if isinstance(diagnostics, Diagnostic) else tuple(diagnostics)
+        if not items:
+            raise ValueError("a TileError needs at least one diagnostic")
+        self.diagnostics: tuple[Diagnostic, ...] = items
+        super().__init__(str(self))
+
+    @property
+    def code(self) -> str:
+        return self.diagnostics[0].code
+
+    @property
+    def message(self) -> str:
+        return self.diagnostics[0].message
+
+    @property
+    def line(self) -> int:
+        return self.diagnostics[0].line
+
+    @property
+    def column(self) -> int:
+        return self.diagnostics[0].column
+
+    def __str__(self) -> str:
+        text = "\n".join(str(d) for d in self.diagnostics)
+        if len(self.diagnostics) > 1:
+            text += f"\n({len(self.diagnostics)} errors)"
+        return text
+
+
+class TileSyntaxError(TileError):
+    """E-LEX and E-SYNTAX: the text is not a Tile function."""
+
+
+class TileTypeError(TileError):
+    """Semantic errors: names, shapes, types, constants, index variables, contractions."""
+
+
+class TileBindError(TileTypeError):
+    """E-BIND: the inputs given to `Function.bind` do not fit the function's header."""
+
+
+def make_error(diagnostics: Iterable[Diagnostic]) -> TileError:
+    """The error class that fits the first diagnostic's code."""
+    items = tuple(diagnostics)
+    code = items[0].code
+    if code in SYNTAX_CODES:
+        return TileSyntaxError(items)
+    if code in BIND_CODES:
+        return TileBindError(items)
+    return TileTypeError(items)
+
+
+class DiagnosticSink:
+    """Collects the diagnostics of one pass over one source text."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.errors: list[Diagnostic] = []
+        self.warnings: list[Diagnostic] = []
+
+    def error(self, code: str, message: str, span: Span | None) -> None:
+        self.errors.append(diagnostic(code, message, span, self.source))
+
+    def warn(self, code: str, message: str, span: Span | None) -> None:
+        self.warnings.append(diagnostic(code, message, span, self.source))
+
+    def __bool__(self) -> bool:
+        return bool(self.errors)
+
+    def raise_if_any(self) -> None:
+        if self.errors:
+            ordered = sorted(self.errors, key=lambda d: (d.line, d.column))
+            raise make_error(ordered)
