@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tile.errors import Diagnostic, TileBindError, TileError, TileSyntaxError, TileTypeError
 from semtree.types import DType
+from tile.errors import Diagnostic, TileBindError, TileError, TileSyntaxError, TileTypeError
 
 __all__ = [
     "DType",

@@ -21,10 +21,6 @@ class Span:
         return f"{self.line}:{self.column}"
 
 
-def _span() -> Span | None:
-    return field(default=None, compare=False, repr=False)  # type: ignore[return-value]
-
-
 # ---- index polynomials (the language of tensor subscripts, spec 8.2) ----------------------
 
 
@@ -46,7 +42,7 @@ class PIndex(PolyExpr):
     """A lower-case index variable: `k`, `x'`."""
 
     name: str
-    span: Span | None = _span()
+    span: Span | None = field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         return self.name
@@ -57,7 +53,7 @@ class PSize(PolyExpr):
     """An upper-case integer constant: a dimension size, named constant or constant input."""
 
     name: str
-    span: Span | None = _span()
+    span: Span | None = field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         return self.name
@@ -66,7 +62,7 @@ class PSize(PolyExpr):
 @dataclass(frozen=True, slots=True)
 class PConst(PolyExpr):
     value: int
-    span: Span | None = _span()
+    span: Span | None = field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         return str(self.value)
@@ -77,7 +73,7 @@ class PBinary(PolyExpr):
     op: PolyOp
     lhs: PolyExpr
     rhs: PolyExpr
-    span: Span | None = _span()
+    span: Span | None = field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         return f"({self.lhs} {self.op.value} {self.rhs})"
@@ -86,7 +82,7 @@ class PBinary(PolyExpr):
 @dataclass(frozen=True, slots=True)
 class PNeg(PolyExpr):
     operand: PolyExpr
-    span: Span | None = _span()
+    span: Span | None = field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         return f"(-{self.operand})"
@@ -148,7 +144,7 @@ class Expr:
 @dataclass(frozen=True, slots=True)
 class IntLit(Expr):
     value: int
-    span: Span | None = _span()
+    span: Span | None = field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         return str(self.value)
@@ -158,7 +154,7 @@ class IntLit(Expr):
 class FloatLit(Expr):
     value: float
     text: str = field(default="", compare=False)  # the spelling in the source
-    span: Span | None = _span()
+    span: Span | None = field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         return self.text or repr(self.value)
@@ -169,7 +165,7 @@ class Name(Expr):
     """An upper-case name: tensor, dimension size, named constant or constant input."""
 
     name: str
-    span: Span | None = _span()
+    span: Span | None = field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         return self.name
@@ -179,7 +175,7 @@ class Name(Expr):
 class Call(Expr):
     fn: str
     args: tuple[Expr, ...]
-    span: Span | None = _span()
+    span: Span | None = field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         return f"{self.fn}({', '.join(str(a) for a in self.args)})"
@@ -189,7 +185,7 @@ class Call(Expr):
 class Unary(Expr):
     op: UnaryOp
     operand: Expr
-    span: Span | None = _span()
+    span: Span | None = field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         return f"({self.op.value}{self.operand})"
@@ -200,7 +196,7 @@ class Binary(Expr):
     op: BinaryOp
     lhs: Expr
     rhs: Expr
-    span: Span | None = _span()
+    span: Span | None = field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         return f"({self.lhs} {self.op.value} {self.rhs})"
@@ -211,7 +207,7 @@ class Ternary(Expr):
     cond: Expr
     then: Expr
     other: Expr
-    span: Span | None = _span()
+    span: Span | None = field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         return f"({self.cond} ? {self.then} : {self.other})"
@@ -242,7 +238,7 @@ class TensorRef:
 
     name: str
     indices: tuple[PolyExpr, ...]
-    span: Span | None = _span()
+    span: Span | None = field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         return f"{self.name}[{', '.join(_poly_text(p) for p in self.indices)}]"
@@ -255,7 +251,7 @@ class OutSpec:
     name: str
     indices: tuple[PolyExpr, ...]
     sizes: tuple[Expr, ...] | None
-    span: Span | None = _span()
+    span: Span | None = field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         idx = ", ".join(_poly_text(p) for p in self.indices)
@@ -271,7 +267,7 @@ class Constraint:
 
     poly: PolyExpr
     bound: Expr
-    span: Span | None = _span()
+    span: Span | None = field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         return f"{_poly_text(self.poly)} < {_expr_text(self.bound)}"
@@ -286,7 +282,7 @@ class Attribute:
 
     name: str
     args: tuple[str, ...]
-    span: Span | None = _span()
+    span: Span | None = field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         args = f"({', '.join(self.args)})" if self.args else ""
@@ -300,7 +296,7 @@ class Assign:
     target: str
     value: Expr
     attrs: tuple[Attribute, ...] = ()
-    span: Span | None = _span()
+    span: Span | None = field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         return f"{_attrs_text(self.attrs)}{self.target} = {_expr_text(self.value)};"
@@ -316,8 +312,9 @@ class ContractionStmt:
     default: Name | None = None
     no_defract: bool = False
     attrs: tuple[Attribute, ...] = ()
-    span: Span | None = _span()  # the output name
-    agg_span: Span | None = _span()  # the aggregation operator
+    span: Span | None = field(default=None, compare=False, repr=False)  # the output name
+    # the aggregation operator
+    agg_span: Span | None = field(default=None, compare=False, repr=False)
 
     @property
     def target(self) -> str:
@@ -351,7 +348,7 @@ class InputDecl:
 
     name: str
     dims: tuple[Name, ...] | None
-    span: Span | None = _span()
+    span: Span | None = field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         if self.dims is None:
