@@ -1,0 +1,250 @@
+"""The `llvm_cpu.0` device: driver, executor and prepared kernels of the LLVM backend (7).
+
+Place in the pipeline: the registry calls `make_driver()`; the driver exposes one device
+for the host CPU. Its compiler (`compiler.py`) turns a KernelList into an `LLVMLibrary`;
+its executor allocates `CpuBuffer`s (`memory.py`), prepares kernels and queues copies and
+fills; its runtime (`runtime.py`) runs every launch in submission order on the thread pool.
+
+`LLVMKernel.run` does no per-work-group Python: it checks the buffers, reuses the ctypes
+parameter array built for the same buffer addresses, and queues one job. ZERO and COPY
+kernels (no body) are a `memset` / `memmove` job.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import math
+from typing import TYPE_CHECKING
+
+from hal.errors import HalError
+from hal.interfaces import Device, DeviceKind, DeviceSet, Driver, Executor, Kernel
+from hal_llvm.compiler import LLVMCompiler, LLVMLibrary, host
+from hal_llvm.memory import ALIGNMENT, CpuArena, CpuBuffer, aligned_bytes
+from hal_llvm.runtime import CpuRuntime
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from hal.interfaces import Buffer, Event, Library
+    from hal_llvm.compiler import Renderer
+    from hal_llvm.host import HostCpu
+    from hal_llvm.runtime import LLVMEvent
+    from semtree.kernel import HardwareSettings, KernelParam
+
+# Distinct buffer bindings whose parameter arrays a prepared kernel keeps.
+_BINDINGS_KEPT = 8
+
+
+def param_bytes(param: KernelParam) -> int:
+    """Bytes a kernel may touch through `param`: the whole tensor."""
+    return math.prod(param.shape) * param.dtype.itemsize
+
+
+def _as_cpu_buffer(buffer: Buffer, role: str) -> CpuBuffer:
+    if not isinstance(buffer, CpuBuffer):
+        raise TypeError(f"{role} must be a buffer of an llvm_cpu device, not {buffer!r}")
+    return buffer
+
+
+class LLVMKernel(Kernel):
+    """One prepared kernel of an LLVMLibrary: its entry point and launch parameters."""
+
+    def __init__(self, runtime: CpuRuntime, library: LLVMLibrary, index: int) -> None:
+        info = library.kernel_list.kernels[index]
+        self.info = info
+        self.library = library
+        self._runtime = runtime
+        self._sizes = tuple(param_bytes(param) for param in info.params)
+        self._groups = math.prod(info.global_size)
+        self._label = f"kernel {info.name}"
+        self._bindings: dict[tuple[int, ...], ctypes.Array[ctypes.c_void_p]] = {}
+        self._entry: Callable[[int, int, int], None] | None = None
+        self._trivial = info.kind.value if info.body is None else None
+        if self._trivial is None:
+            self._entry = library.grid_entry(index)
+        elif self._trivial not in ("zero", "copy"):
+            raise HalError(f"kernel {info.name!r} of kind {self._trivial!r} has no body")
+        self._split = runtime.should_split(self._groups, info.flops, info.bytes)
+
+    def _check(self, params: Sequence[Buffer]) -> tuple[CpuBuffer, ...]:
+        if len(params) != len(self._sizes):
+            raise ValueError(
+                f"{self._label} takes {len(self._sizes)} buffers, {len(params)} were given"
+            )
+        buffers = tuple(
+            _as_cpu_buffer(buffer, f"parameter {param.name!r} of {self._label}")
+            for buffer, param in zip(params, self.info.params, strict=True)
+        )
+        for buffer, param, size in zip(buffers, self.info.params, self._sizes, strict=True):
+            if buffer.size < size:
+                raise ValueError(
+                    f"parameter {param.name!r} of {self._label} needs {size} bytes; "
+                    f"the buffer has {buffer.size}"
+                )
+        return buffers
+
+    def _bind(self, addresses: tuple[int, ...]) -> ctypes.Array[ctypes.c_void_p]:
+        array = self._bindings.get(addresses)
+        if array is None:
+            if len(self._bindings) >= _BINDINGS_KEPT:
+                del self._bindings[next(iter(self._bindings))]
+            array = (ctypes.c_void_p * max(1, len(addresses)))(*addresses)
+            self._bindings[addresses] = array
+        return array
+
+    def run(
+        self, params: Sequence[Buffer], deps: Sequence[Event] = (), *, profile: bool = False
+    ) -> LLVMEvent:
+        buffers = self._check(params)
+        if self._trivial == "zero":
+            address, size = buffers[0].address, self._sizes[0]
+            return self._runtime.submit(
+                lambda: ctypes.memset(address, 0, size),
+                deps,
+                label=self._label,
+                keep_alive=buffers,
+                profile=profile,
+            )
+        if self._trivial == "copy":
+            target, source = buffers[0].address, buffers[1].address
+            size = min(self._sizes[0], self._sizes[1])
+            return self._runtime.submit(
+                lambda: ctypes.memmove(target, source, size),
+                deps,
+                label=self._label,
+                keep_alive=buffers,
+                profile=profile,
+            )
+        assert self._entry is not None
+        array = self._bind(tuple(buffer.address for buffer in buffers))
+        return self._runtime.launch(
+            self._entry,
+            ctypes.addressof(array),
+            self._groups,
+            deps,
+            split=self._split,
+            label=self._label,
+            # The array holds raw addresses only: the job must own the buffers (and the
+            # JIT code) until it completes (PERFORMANCE.md 4.3).
+            keep_alive=(buffers, array, self.library),
+            profile=profile,
+        )
+
+    def __repr__(self) -> str:
+        return f"<LLVMKernel {self.info.name} over {self._groups} work-groups>"
+
+
+class LLVMExecutor(Executor):
+    """Buffers, copies, fills and kernel preparation for one LLVM device."""
+
+    buffer_alignment = ALIGNMENT
+
+    def __init__(self, device: LLVMDevice, runtime: CpuRuntime) -> None:
+        self.device = device
+        self.runtime = runtime
+
+    def allocate(self, size: int) -> CpuBuffer:
+        return CpuBuffer(self.device, aligned_bytes(size))
+
+    def make_arena(self, size: int) -> CpuArena:
+        return CpuArena(self.device, size)
+
+    def prepare(self, library: Library, index: int) -> LLVMKernel:
+        if not isinstance(library, LLVMLibrary):
+            raise TypeError(f"an llvm_cpu device cannot run {library!r}")
+        return LLVMKernel(self.runtime, library, index)
+
+    def copy(
+        self,
+        src: Buffer,
+        src_offset: int,
+        dst: Buffer,
+        dst_offset: int,
+        size: int,
+        deps: Sequence[Event] = (),
+    ) -> LLVMEvent:
+        source = _as_cpu_buffer(src, "the copy source")
+        target = _as_cpu_buffer(dst, "the copy destination")
+        for buffer, offset, role in ((source, src_offset, "source"), (target, dst_offset, "dest")):
+            if offset < 0 or size < 0 or offset + size > buffer.size:
+                raise ValueError(
+                    f"copy {role} range [{offset}, {offset + size}) leaves a buffer of "
+                    f"{buffer.size} bytes"
+                )
+        source_address, target_address = source.address + src_offset, target.address + dst_offset
+        return self.runtime.submit(
+            lambda: ctypes.memmove(target_address, source_address, size),
+            deps,
+            label=f"copy of {size} bytes",
+            keep_alive=(source, target),
+        )
+
+    def fill_zero(self, dst: Buffer, deps: Sequence[Event] = ()) -> LLVMEvent:
+        target = _as_cpu_buffer(dst, "the fill destination")
+        address, size = target.address, target.size
+        return self.runtime.submit(
+            lambda: ctypes.memset(address, 0, size),
+            deps,
+            label=f"zero fill of {size} bytes",
+            keep_alive=target,
+        )
+
+
+class LLVMDevice(Device):
+    """The host CPU as a device: JIT-compiled kernels on a pool of one thread per core."""
+
+    def __init__(
+        self,
+        cpu: HostCpu,
+        index: int = 0,
+        *,
+        settings: HardwareSettings | None = None,
+        renderer: Renderer | None = None,
+        threads: int | None = None,
+    ) -> None:
+        self.id = f"llvm_cpu.{index}"
+        self.description = f"CPU (via LLVM): {cpu.name}"
+        self.kind = DeviceKind.CPU
+        self.host = cpu
+        self._settings = settings  # None: the Appendix C preset, built on first use
+        self.runtime = CpuRuntime(self.id, threads or cpu.cores)
+        self.compiler = LLVMCompiler(renderer)
+        self.executor = LLVMExecutor(self, self.runtime)
+
+    @property
+    def settings(self) -> HardwareSettings:  # type: ignore[override]
+        """The kernel generator's settings for this host (Appendix C)."""
+        if self._settings is None:
+            # Imported here so that the HAL never needs the kernel IR just to list devices.
+            kernel_module = importlib.import_module("semtree.kernel")
+            self._settings = kernel_module.HardwareSettings(**self.host.settings_fields())
+        return self._settings
+
+    def close(self) -> None:
+        self.runtime.close()
+
+
+class LLVMDeviceSet(DeviceSet):
+    def __init__(self, devices: Sequence[LLVMDevice]) -> None:
+        self.name = "host"
+        self.devices = tuple(devices)
+
+
+class LLVMDriver(Driver):
+    """The LLVM backend: one device set, the host, with one device, `llvm_cpu.0`."""
+
+    name = "llvm"
+    id_prefix = "llvm_cpu"
+
+    def __init__(self, *, threads: int | None = None, renderer: Renderer | None = None) -> None:
+        self.device = LLVMDevice(host(), 0, renderer=renderer, threads=threads)
+        self._sets = (LLVMDeviceSet([self.device]),)
+
+    def device_sets(self) -> Sequence[LLVMDeviceSet]:
+        return self._sets
+
+
+def make_driver() -> LLVMDriver:
+    """The registry's entry point for the "llvm" backend."""
+    return LLVMDriver()

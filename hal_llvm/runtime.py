@@ -1,0 +1,325 @@
+"""The CPU device's in-order queue and thread pool: how launches run and events complete (7.4).
+
+Place in the pipeline: `LLVMKernel.run`, `LLVMExecutor.copy` and `fill_zero` submit *jobs*
+here and return an `LLVMEvent` at once. Threading design:
+
+- **Scheduler**: one thread per device takes jobs in submission order (an in-order queue,
+  like an OpenCL queue). For each job it waits for the dependencies (only foreign events
+  can still be pending: an earlier job of this queue has always completed), skips the job
+  with `DependencyFailed` if one failed, otherwise runs it and completes its event exactly
+  once. The submitting thread never blocks.
+- **Compute threads**: one per usable core: the scheduler itself plus `cores - 1` helper
+  threads. A large launch is cut into `min(groups, 4 * cores)` contiguous slices of the
+  work-group range; the scheduler posts the launch to the helpers and all of them take
+  slices from one shared counter until none is left (a fixed per-thread share leaves the
+  scheduler idle while a slow helper works, PERFORMANCE.md 4.8). Each slice is one native
+  call `K__grid(params, begin, end)` through ctypes, which releases the GIL.
+- **Small launches** (one work-group, or less estimated work than `TILE_CPU_SPLIT_US`,
+  default 200 µs, a few times the fork-join cost) run as one call on the scheduler.
+- **Lifetimes**: a job holds the buffers, the parameter array and the JIT module it uses
+  and drops them just before its event completes, so Python may drop its own references
+  right after submitting.
+
+Threads start on the first job and are daemons; `close()` (also called at interpreter
+exit) lets the queued jobs finish and stops them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+import time
+import weakref
+from queue import SimpleQueue
+from typing import TYPE_CHECKING
+
+from hal.errors import ExecutionError, HalError
+from hal.events import SettableEvent, dependency_failure
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from hal.interfaces import Event
+
+    GridEntry = Callable[[int, int, int], None]  # (params address, begin, end)
+
+# Slices per compute thread: enough to absorb uneven progress on a shared machine while
+# keeping each slice a contiguous run of neighbouring work-groups.
+SLICES_PER_THREAD = 4
+
+# One-core throughput assumed when estimating a launch's duration (7.4).
+_FLOPS_PER_SECOND = 2e10
+_BYTES_PER_SECOND = 1e10
+_DEFAULT_SPLIT_MICROSECONDS = 200.0
+
+# How long close() waits for queued work at interpreter exit before giving up on it.
+_EXIT_JOIN_SECONDS = 10.0
+
+
+def split_threshold_seconds() -> float:
+    """Estimated one-core time below which a launch runs as one call (`TILE_CPU_SPLIT_US`)."""
+    text = os.environ.get("TILE_CPU_SPLIT_US", "").strip()
+    microseconds = float(text) if text else _DEFAULT_SPLIT_MICROSECONDS
+    return microseconds * 1e-6
+
+
+def estimated_seconds(flops: int, traffic_bytes: int) -> float:
+    """One-core time of a kernel: compute-bound or memory-bound, whichever is slower."""
+    return max(flops / _FLOPS_PER_SECOND, traffic_bytes / _BYTES_PER_SECOND)
+
+
+class LLVMEvent(SettableEvent):
+    """Completion of one job of an LLVM device's queue."""
+
+    __slots__ = ()
+
+
+class _Job:
+    __slots__ = ("action", "deps", "event", "keep_alive", "profile")
+
+    def __init__(
+        self,
+        action: Callable[[], None],
+        deps: tuple[Event, ...],
+        event: LLVMEvent,
+        keep_alive: object,
+        profile: bool,
+    ) -> None:
+        self.action: Callable[[], None] | None = action
+        self.deps = deps
+        self.event = event
+        self.keep_alive = keep_alive
+        self.profile = profile
+
+
+class _SplitLaunch:
+    """One launch shared between compute threads: slices are claimed from a counter."""
+
+    __slots__ = (
+        "claimed",
+        "done",
+        "entry",
+        "error",
+        "finished",
+        "groups",
+        "lock",
+        "next_slice",
+        "params",
+        "slices",
+    )
+
+    def __init__(self, entry: GridEntry, params: int, groups: int, slices: int) -> None:
+        self.entry = entry
+        self.params = params
+        self.groups = groups
+        self.slices = slices
+        self.lock = threading.Lock()
+        self.next_slice = 0
+        self.claimed = 0
+        self.finished = 0
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+
+    def participate(self) -> None:
+        """Run slices until none is left (or one failed); the last thread out sets `done`."""
+        entry, params, groups, slices = self.entry, self.params, self.groups, self.slices
+        while True:
+            with self.lock:
+                index = self.next_slice
+                if index >= slices:
+                    return
+                self.next_slice = index + 1
+                self.claimed += 1
+            try:
+                entry(params, index * groups // slices, (index + 1) * groups // slices)
+            except BaseException as error:
+                with self.lock:
+                    if self.error is None:
+                        self.error = error
+                    self.next_slice = slices  # nobody claims further slices
+            with self.lock:
+                self.finished += 1
+                if self.next_slice >= slices and self.finished == self.claimed:
+                    self.done.set()
+
+
+class CpuRuntime:
+    """The scheduler and compute threads of one LLVM device."""
+
+    def __init__(self, name: str, threads: int, split_seconds: float | None = None) -> None:
+        if threads < 1:
+            raise ValueError(f"a CPU runtime needs at least one thread, not {threads}")
+        self.name = name
+        self.threads = threads  # compute threads: the scheduler plus threads - 1 helpers
+        self.split_seconds = split_threshold_seconds() if split_seconds is None else split_seconds
+        self._state_lock = threading.Lock()
+        self._jobs: SimpleQueue[_Job | None] = SimpleQueue()
+        self._helper_work: SimpleQueue[_SplitLaunch | None] = SimpleQueue()
+        self._scheduler: threading.Thread | None = None
+        self._helpers: list[threading.Thread] = []
+        self._closed = False
+        _live_runtimes.add(self)
+
+    # ---- submission -----------------------------------------------------------------
+
+    def submit(
+        self,
+        action: Callable[[], None],
+        deps: Sequence[Event] = (),
+        *,
+        label: str = "",
+        keep_alive: object = None,
+        profile: bool = False,
+    ) -> LLVMEvent:
+        """Queue `action` to run on the scheduler once `deps` complete; never blocks.
+
+        `keep_alive` is held until just before the event completes. An exception from
+        `action` fails the event (wrapped in ExecutionError unless it is a HalError).
+        """
+        event = LLVMEvent(label)
+        job = _Job(action, tuple(deps), event, keep_alive, profile)
+        with self._state_lock:
+            if self._closed:
+                raise HalError(f"{self.name} is closed")
+            if self._scheduler is None:
+                self._start()
+            self._jobs.put(job)
+        return event
+
+    def launch(
+        self,
+        entry: GridEntry,
+        params: int,
+        groups: int,
+        deps: Sequence[Event] = (),
+        *,
+        split: bool = True,
+        label: str = "",
+        keep_alive: object = None,
+        profile: bool = False,
+    ) -> LLVMEvent:
+        """Queue a grid launch: `entry(params, begin, end)` over work-groups [0, groups),
+        split across the compute threads when `split` is True and the grid has more than
+        one work-group."""
+
+        def run_grid() -> None:
+            self.run_grid(entry, params, groups, split=split)
+
+        return self.submit(run_grid, deps, label=label, keep_alive=keep_alive, profile=profile)
+
+    def should_split(self, groups: int, flops: int, traffic_bytes: int) -> bool:
+        """Whether a launch is worth the fork-join of splitting it (7.4)."""
+        if groups <= 1 or self.threads <= 1:
+            return False
+        return estimated_seconds(flops, traffic_bytes) >= self.split_seconds
+
+    # ---- execution (scheduler thread) ----------------------------------------------------
+
+    def run_grid(self, entry: GridEntry, params: int, groups: int, *, split: bool) -> None:
+        """Run work-groups [0, groups) now, on the calling thread plus the helpers."""
+        if groups <= 0:
+            return
+        if not split or groups == 1 or self.threads == 1:
+            entry(params, 0, groups)
+            return
+        slices = min(groups, SLICES_PER_THREAD * self.threads)
+        launch = _SplitLaunch(entry, params, groups, slices)
+        for _ in range(min(self.threads - 1, slices - 1)):
+            self._helper_work.put(launch)
+        launch.participate()
+        launch.done.wait()
+        if launch.error is not None:
+            raise launch.error
+
+    def _execute(self, job: _Job) -> None:
+        event = job.event
+        failure: BaseException | None = None
+        duration: int | None = None
+        try:
+            failure = dependency_failure(job.deps, event.label or "a job")
+            if failure is None:
+                start = time.perf_counter_ns()
+                assert job.action is not None
+                job.action()
+                if job.profile:
+                    duration = time.perf_counter_ns() - start
+        except HalError as error:
+            failure = error
+        except BaseException as error:
+            failure = ExecutionError(f"{event.label or 'a job'} failed: {error!r}")
+            failure.__cause__ = error
+        # Release buffers before completing: whoever sees the event complete may free them.
+        job.action = job.keep_alive = None
+        job.deps = ()
+        if failure is None:
+            event.set_result(duration)
+        else:
+            event.set_exception(failure)
+
+    def _schedule(self) -> None:
+        jobs = self._jobs
+        while True:
+            job = jobs.get()
+            if job is None:
+                break
+            self._execute(job)
+            del job  # drop the finished job's references while waiting for the next
+        for _ in self._helpers:
+            self._helper_work.put(None)
+
+    def _help(self) -> None:
+        work = self._helper_work
+        while True:
+            launch = work.get()
+            if launch is None:
+                return
+            launch.participate()
+            del launch
+
+    # ---- thread lifetime ----------------------------------------------------------------
+
+    def _start(self) -> None:
+        # Called with _state_lock held. Threads are daemons so that an idle device never
+        # keeps the interpreter alive; close() at exit lets queued work finish first.
+        self._scheduler = threading.Thread(
+            target=self._schedule, name=f"{self.name} scheduler", daemon=True
+        )
+        self._helpers = [
+            threading.Thread(target=self._help, name=f"{self.name} worker {number}", daemon=True)
+            for number in range(1, self.threads)
+        ]
+        self._scheduler.start()
+        for helper in self._helpers:
+            helper.start()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self, timeout: float | None = None) -> None:
+        """Let queued jobs finish, then stop the threads; later submissions raise HalError.
+        With a `timeout`, stop waiting for the threads after that many seconds."""
+        with self._state_lock:
+            if self._closed:
+                return
+            self._closed = True
+            scheduler, helpers = self._scheduler, self._helpers
+            if scheduler is None:
+                return
+            # The scheduler stops the helpers once it reaches this, after the queued jobs.
+            self._jobs.put(None)
+        if scheduler is threading.current_thread():
+            return  # closed from inside a job or callback: the loop ends by itself
+        scheduler.join(timeout)
+        for helper in helpers:
+            helper.join(timeout)
+
+
+_live_runtimes: weakref.WeakSet[CpuRuntime] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all_at_exit() -> None:
+    for runtime in list(_live_runtimes):
+        runtime.close(_EXIT_JOIN_SECONDS)

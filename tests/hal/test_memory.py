@@ -1,0 +1,116 @@
+"""CpuBuffer and CpuArena: alignment, zero-copy maps, copies and fills (ARCHITECTURE.md 7.5)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hal.errors import HalError
+from hal.events import FailedEvent, SettableEvent
+from tests.hal.kernels import download, upload
+
+
+@pytest.mark.parametrize("size", [0, 1, 63, 64, 1000, 4096])
+def test_buffers_are_64_byte_aligned(cpu_device, size: int) -> None:
+    buffer = cpu_device.executor.allocate(size)
+    assert buffer.size == size
+    assert buffer.address % 64 == 0
+    assert cpu_device.executor.buffer_alignment == 64
+    assert buffer.device is cpu_device
+
+
+def test_map_round_trip(cpu_device) -> None:
+    values = np.arange(100, dtype=np.float32)
+    buffer = upload(cpu_device, values)
+    np.testing.assert_array_equal(download(buffer, np.float32), values)
+    view = buffer.map_current(writable=True)
+    view.view(np.float32)[:3] = (7, 8, 9)
+    buffer.unmap().wait()
+    assert download(buffer, np.float32)[:4].tolist() == [7, 8, 9, 3]
+
+
+def test_read_only_map_cannot_be_written(cpu_device) -> None:
+    buffer = upload(cpu_device, np.ones(4, np.int32))
+    view = buffer.map_current()
+    assert view.dtype == np.uint8 and view.shape == (16,)
+    with pytest.raises(ValueError, match="read-only"):
+        view[0] = 3
+    buffer.unmap()
+
+
+def test_map_discard_gives_a_writable_view_that_the_device_sees(cpu_device) -> None:
+    buffer = cpu_device.executor.allocate(16)
+    view = buffer.map_discard()
+    assert view.flags.writeable and view.size == 16
+    view[:] = 5
+    event = buffer.unmap()
+    assert event.is_complete
+    target = cpu_device.executor.allocate(16)
+    copied = cpu_device.executor.copy(buffer, 0, target, 0, 16, [event])
+    assert download(target, np.uint8, [copied]).tolist() == [5] * 16
+
+
+def test_maps_nest_and_unmap_without_map_fails(cpu_device) -> None:
+    buffer = cpu_device.executor.allocate(8)
+    with pytest.raises(HalError, match="not mapped"):
+        buffer.unmap()
+    buffer.map_current()
+    buffer.map_current()
+    assert buffer.is_mapped
+    buffer.unmap()
+    buffer.unmap()
+    assert not buffer.is_mapped
+
+
+def test_map_waits_for_its_dependencies(cpu_device) -> None:
+    buffer = cpu_device.executor.allocate(4)
+    gate = SettableEvent("gate")
+    fill = cpu_device.executor.fill_zero(buffer, [gate])
+    view = buffer.map_discard()
+    view[:] = 9
+    buffer.unmap()
+    gate.set_result()
+    assert download(buffer, np.uint8, [fill]).tolist() == [0, 0, 0, 0]
+    with pytest.raises(ValueError, match="poisoned"):
+        buffer.map_current([FailedEvent(ValueError("poisoned"))])
+    assert not buffer.is_mapped
+
+
+def test_copy_and_fill_with_offsets(cpu_device) -> None:
+    executor = cpu_device.executor
+    source = upload(cpu_device, np.arange(16, dtype=np.uint8))
+    target = upload(cpu_device, np.full(16, 255, np.uint8))
+    first = executor.copy(source, 4, target, 8, 6)
+    assert download(target, np.uint8, [first]).tolist() == [255] * 8 + list(range(4, 10)) + [
+        255,
+        255,
+    ]
+    cleared = executor.fill_zero(target, [first])
+    assert download(target, np.uint8, [cleared]).tolist() == [0] * 16
+
+
+def test_copy_outside_a_buffer_is_refused_at_submission(cpu_device) -> None:
+    executor = cpu_device.executor
+    source, target = executor.allocate(8), executor.allocate(8)
+    with pytest.raises(ValueError, match="leaves a buffer"):
+        executor.copy(source, 4, target, 0, 8)
+    with pytest.raises(ValueError, match="leaves a buffer"):
+        executor.copy(source, 0, target, -1, 2)
+    with pytest.raises(TypeError, match="llvm_cpu"):
+        executor.fill_zero(np.zeros(3))  # type: ignore[arg-type]
+
+
+def test_arena_buffers_share_memory_at_aligned_offsets(cpu_device) -> None:
+    arena = cpu_device.executor.make_arena(256)
+    assert arena.size == 256 and arena.alignment == 64
+    whole = arena.make_buffer(0, 256)
+    part = arena.make_buffer(128, 64)
+    assert part.address == whole.address + 128 and part.address % 64 == 0
+    view = part.map_discard()
+    view[:] = 3
+    part.unmap()
+    assert download(whole, np.uint8)[128:192].tolist() == [3] * 64
+    with pytest.raises(ValueError, match="multiple of 64"):
+        arena.make_buffer(8, 8)
+    with pytest.raises(ValueError, match="do not fit"):
+        arena.make_buffer(192, 128)
