@@ -101,47 +101,56 @@ class SettableEvent(Event):
     have been released, in registration order.
     """
 
-    __slots__ = ("_callbacks", "_done", "_duration_ns", "_error", "_lock", "label")
+    # Waiting uses a latch: a plain lock held from creation until completion, which each
+    # waiter acquires and passes on at once. (A threading.Event costs 3 to 9 µs to create,
+    # a lock 0.1 µs, and every launch creates an event.)
+    __slots__ = ("_callbacks", "_complete", "_duration_ns", "_error", "_latch", "_lock", "label")
 
     def __init__(self, label: str = "") -> None:
         self.label = label  # what the operation was, for repr and error messages
-        self._lock = threading.Lock()
-        self._done = threading.Event()
+        self._lock = threading.Lock()  # guards completion against callback registration
+        self._latch = threading.Lock()
+        self._latch.acquire()
+        self._complete = False
         self._error: BaseException | None = None
         self._duration_ns: int | None = None
-        self._callbacks: list[Callable[[Event], None]] | None = []
+        self._callbacks: list[Callable[[Event], None]] | None = None
 
     def set_result(self, duration_ns: int | None = None) -> None:
         """Complete successfully. Raises RuntimeError if the event is already complete."""
-        self._complete(None, duration_ns)
+        self._finish(None, duration_ns)
 
     def set_exception(self, error: BaseException) -> None:
         """Complete with a failure. Raises RuntimeError if the event is already complete."""
-        self._complete(error, None)
+        self._finish(error, None)
 
-    def _complete(self, error: BaseException | None, duration_ns: int | None) -> None:
+    def _finish(self, error: BaseException | None, duration_ns: int | None) -> None:
         with self._lock:
-            if self._callbacks is None:
+            if self._complete:
                 raise RuntimeError(f"event {self!r} completed twice")
             self._error = error
             self._duration_ns = duration_ns
+            self._complete = True
             callbacks, self._callbacks = self._callbacks, None
-            self._done.set()
-        for callback in callbacks:
-            _run_callback(self, callback)
+        self._latch.release()
+        if callbacks:
+            for callback in callbacks:
+                _run_callback(self, callback)
 
     def wait(self, timeout: float | None = None) -> None:
-        if not self._done.wait(timeout):
-            raise TimeoutError(f"{self!r} did not complete within {timeout} s")
+        if not self._complete:
+            if not self._latch.acquire(timeout=-1 if timeout is None else max(timeout, 0.0)):
+                raise TimeoutError(f"{self!r} did not complete within {timeout} s")
+            self._latch.release()
         if self._error is not None:
             raise self._error
 
     @property
     def is_complete(self) -> bool:
-        return self._done.is_set()
+        return self._complete
 
     def exception(self) -> BaseException | None:
-        if not self._done.is_set():
+        if not self._complete:
             raise RuntimeError(f"{self!r} is not complete")
         return self._error
 
@@ -150,13 +159,15 @@ class SettableEvent(Event):
 
     def add_done_callback(self, fn: Callable[[Event], None]) -> None:
         with self._lock:
-            if self._callbacks is not None:
+            if not self._complete:
+                if self._callbacks is None:
+                    self._callbacks = []
                 self._callbacks.append(fn)
                 return
         _run_callback(self, fn)
 
     def __repr__(self) -> str:
-        if not self._done.is_set():
+        if not self._complete:
             state = "pending"
         elif self._error is not None:
             state = f"failed: {self._error!r}"

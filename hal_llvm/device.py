@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import importlib
 import math
+import threading
 from typing import TYPE_CHECKING
 
 from hal.errors import HalError
@@ -59,6 +60,7 @@ class LLVMKernel(Kernel):
         self._groups = math.prod(info.global_size)
         self._label = f"kernel {info.name}"
         self._bindings: dict[tuple[int, ...], ctypes.Array[ctypes.c_void_p]] = {}
+        self._bindings_lock = threading.Lock()
         self._entry: Callable[[int, int, int], None] | None = None
         self._trivial = info.kind.value if info.body is None else None
         if self._trivial is None:
@@ -68,29 +70,31 @@ class LLVMKernel(Kernel):
         self._split = runtime.should_split(self._groups, info.flops, info.bytes)
 
     def _check(self, params: Sequence[Buffer]) -> tuple[CpuBuffer, ...]:
-        if len(params) != len(self._sizes):
+        # On every launch: keep the passing path free of formatting and generators.
+        buffers = tuple(params)
+        if len(buffers) != len(self._sizes):
             raise ValueError(
-                f"{self._label} takes {len(self._sizes)} buffers, {len(params)} were given"
+                f"{self._label} takes {len(self._sizes)} buffers, {len(buffers)} were given"
             )
-        buffers = tuple(
-            _as_cpu_buffer(buffer, f"parameter {param.name!r} of {self._label}")
-            for buffer, param in zip(params, self.info.params, strict=True)
-        )
-        for buffer, param, size in zip(buffers, self.info.params, self._sizes, strict=True):
-            if buffer.size < size:
-                raise ValueError(
-                    f"parameter {param.name!r} of {self._label} needs {size} bytes; "
-                    f"the buffer has {buffer.size}"
-                )
-        return buffers
+        for index, buffer in enumerate(buffers):
+            if not isinstance(buffer, CpuBuffer) or buffer.size < self._sizes[index]:
+                self._reject(index, buffer)
+        return buffers  # type: ignore[return-value] (checked above)
+
+    def _reject(self, index: int, buffer: Buffer) -> None:
+        param = self.info.params[index]
+        role = f"parameter {param.name!r} of {self._label}"
+        checked = _as_cpu_buffer(buffer, role)
+        raise ValueError(f"{role} needs {self._sizes[index]} bytes; the buffer has {checked.size}")
 
     def _bind(self, addresses: tuple[int, ...]) -> ctypes.Array[ctypes.c_void_p]:
         array = self._bindings.get(addresses)
         if array is None:
-            if len(self._bindings) >= _BINDINGS_KEPT:
-                del self._bindings[next(iter(self._bindings))]
             array = (ctypes.c_void_p * max(1, len(addresses)))(*addresses)
-            self._bindings[addresses] = array
+            with self._bindings_lock:  # kernels may be launched from several threads
+                if len(self._bindings) >= _BINDINGS_KEPT:
+                    del self._bindings[next(iter(self._bindings))]
+                self._bindings[addresses] = array
         return array
 
     def run(

@@ -68,7 +68,9 @@ def emit_grid_entry(
     if len(kernel.args) < 3 or any(argument.type != _I64 for argument in kernel.args[-3:]):
         raise ValueError(f"{kernel.name} does not end with three i64 work-group ids")
     pointer_types = [argument.type for argument in kernel.args[:-3]]
-    size0, size1, _ = (ir.Constant(_I64, extent) for extent in global_size)
+    # An empty grid is never launched; clamping keeps its (unused) wrapper free of a
+    # division by zero.
+    size0, size1 = (ir.Constant(_I64, max(extent, 1)) for extent in global_size[:2])
     zero, one = ir.Constant(_I64, 0), ir.Constant(_I64, 1)
 
     function = ir.Function(module, grid_function_type(), grid_symbol(kernel.name))
