@@ -221,8 +221,12 @@ class LLVMDevice(Device):
         """The kernel generator's settings for this host (Appendix C)."""
         if self._settings is None:
             # Imported here so that the HAL never needs the kernel IR just to list devices.
-            kernel_module = importlib.import_module("semtree.kernel")
-            self._settings = kernel_module.HardwareSettings(**self.host.settings_fields())
+            settings_class = importlib.import_module("semtree.kernel").HardwareSettings
+            preset = getattr(settings_class, "llvm_cpu", None)  # semtree's Appendix C preset
+            if preset is not None:
+                self._settings = preset(self.host.cores, self.host.features)
+            else:
+                self._settings = settings_class(**self.host.settings_fields())
         return self._settings
 
     def close(self) -> None:

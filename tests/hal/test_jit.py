@@ -216,3 +216,5 @@ def test_device_settings_come_from_semtree() -> None:
     settings = device.settings
     assert isinstance(settings, kernel.HardwareSettings)
     assert settings.vec_size == host().vec_size and settings.threads == 1
+    # semtree's preset and the host's own reading of Appendix C agree.
+    assert settings == kernel.HardwareSettings(**host().settings_fields())
