@@ -62,6 +62,7 @@ class LLVMKernel(Kernel):
         self._bindings: dict[tuple[int, ...], ctypes.Array[ctypes.c_void_p]] = {}
         self._bindings_lock = threading.Lock()
         self._entry: Callable[[int, int, int], None] | None = None
+        # Compared by value: the backend reads KernelKind without importing semtree.kernel.
         self._trivial = info.kind.value if info.body is None else None
         if self._trivial is None:
             self._entry = library.grid_entry(index)

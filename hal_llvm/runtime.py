@@ -119,10 +119,13 @@ class _SplitLaunch:
         self.claimed = 0
         self.finished = 0
         self.error: BaseException | None = None
-        self.done = threading.Event()
+        # Held until the last slice finishes; the launching thread waits by acquiring it
+        # (a lock costs 0.1 µs to create, a threading.Event several µs).
+        self.done = threading.Lock()
+        self.done.acquire()
 
     def participate(self) -> None:
-        """Run slices until none is left (or one failed); the last thread out sets `done`."""
+        """Run slices until none is left (or one failed); the last thread out releases `done`."""
         entry, params, groups, slices = self.entry, self.params, self.groups, self.slices
         while True:
             with self.lock:
@@ -141,7 +144,7 @@ class _SplitLaunch:
             with self.lock:
                 self.finished += 1
                 if self.next_slice >= slices and self.finished == self.claimed:
-                    self.done.set()
+                    self.done.release()
 
 
 class CpuRuntime:
@@ -228,7 +231,7 @@ class CpuRuntime:
         for _ in range(min(self.threads - 1, slices - 1)):
             self._helper_work.put(launch)
         launch.participate()
-        launch.done.wait()
+        launch.done.acquire()
         if launch.error is not None:
             raise launch.error
 
