@@ -418,7 +418,7 @@ def _span_after(token: Token) -> ast.Span:
     return ast.Span(line, column)
 
 
-# ---- error recovery ----------------------------------------------------------------------------
+# ---- error recovery --------------------------------------------------------------------------
 
 
 def _parse_pieces(parser: Lark, source: str, sink: DiagnosticSink) -> None:
@@ -471,7 +471,7 @@ def _position(text: str, offset: int) -> ast.Span:
     return ast.Span(text.count("\n", 0, offset) + 1, offset - line_start + 1)
 
 
-# ---- messages of syntax errors -----------------------------------------------------------------
+# ---- messages of syntax errors ---------------------------------------------------------------
 
 # Expected terminals described in words; the rest are quoted as written.
 _WORDS = {
@@ -547,6 +547,8 @@ def _token_message(token: Token, expected: set[str], text: str) -> tuple[str, in
         if start >= 0 and text[start : start + 2] in ("//", "/*"):
             comment = text[start : start + 2]
             return f"'{comment}' does not start a comment: Tile has no comment syntax", start
+    if expected == {"$END"}:
+        return f"unexpected '{token}' after the end of the function", offset
     message = _unexpected(f"'{token}'", expected)
     if token.type == "FUNCTION" or (token.type in _KEYWORDS and "LNAME" in expected):
         message += f" ('{token}' is a keyword and cannot be a name)"
@@ -554,8 +556,6 @@ def _token_message(token: Token, expected: set[str], text: str) -> tuple[str, in
         message += " (a modifier follows the constraints of a contraction, each at most once)"
     elif "NO_DEFRACT" in expected and token.type in _EXPRESSION_OPERATORS:
         message += " (a contraction is a whole statement: it cannot be part of an expression)"
-    elif expected == {"$END"}:
-        message = f"unexpected '{token}' after the end of the function"
     elif {"RPAR", "EQUAL", "STAR"} <= expected and "AMPERSAND" not in expected:
         message += " (a contraction combines tensor accesses with '+', '*' or '==' only)"
     return message, offset
