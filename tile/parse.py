@@ -15,6 +15,7 @@ import re
 import struct
 import threading
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -158,9 +159,7 @@ class _Builder(Transformer):
 
     def statement(self, children: list) -> ast.Statement:
         *attrs, statement = children
-        if attrs:
-            return _with_attrs(statement, tuple(attrs))
-        return statement
+        return replace(statement, attrs=tuple(attrs)) if attrs else statement
 
     def attribute(self, children: list) -> ast.Attribute:
         name, *args = children
@@ -299,7 +298,7 @@ class _Builder(Transformer):
     def float_literal(self, children: list) -> ast.FloatLit:
         (token,) = children
         value = float(token)
-        if math.isinf(value) or not _fits_float32(value):
+        if not _fits_float32(value):
             _error(f"the float literal '{token}' is not finite in float32", token, "E-LEX")
         return ast.FloatLit(value, str(token), _span(token))
 
@@ -368,38 +367,19 @@ class _Builder(Transformer):
         return ast.Ternary(condition, then, inner, _span(question))
 
 
-def _with_attrs(statement: ast.Statement, attrs: tuple[ast.Attribute, ...]) -> ast.Statement:
-    match statement:
-        case ast.Assign():
-            return ast.Assign(statement.target, statement.value, attrs, statement.span)
-        case ast.ContractionStmt():
-            return ast.ContractionStmt(
-                statement.out,
-                statement.agg,
-                statement.comb,
-                statement.operands,
-                statement.constraints,
-                statement.default,
-                statement.no_defract,
-                attrs,
-                statement.span,
-                statement.agg_span,
-            )
-        case _:
-            raise TypeError(f"not a statement: {statement!r}")
-
-
 def _int_value(token: Token) -> int:
-    value = int(token)
-    if value > INT64_MAX:
+    digits = token.lstrip("0") or "0"
+    if len(digits) > len(str(INT64_MAX)) or int(digits) > INT64_MAX:  # no int() of huge texts
         _error(
             f"the integer literal '{token}' does not fit in a signed 64-bit integer", token, "E-LEX"
         )
         return 0
-    return value
+    return int(digits)
 
 
 def _fits_float32(value: float) -> bool:
+    if math.isinf(value):
+        return False
     try:
         struct.pack("<f", value)  # rounds to float32; raises OverflowError if that is infinite
     except OverflowError:

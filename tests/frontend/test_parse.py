@@ -330,6 +330,8 @@ def test_integer_literals() -> None:
     assert where(failure) == [("E-LEX", 2, 5)]
     assert "64-bit" in failure.message
     assert where(error("O[i: N] = +(A[99999999999999999999 * i]);")) == [("E-LEX", 2, 15)]
+    assert where(error(f"O = {'9' * 5000};")) == [("E-LEX", 2, 5)]  # beyond int()'s limit
+    assert value(f"{'0' * 5000}12") == ast.IntLit(12)
 
 
 @pytest.mark.parametrize(
@@ -345,7 +347,7 @@ def test_float_literals(text: str, number: float) -> None:
 def test_float_literal_range() -> None:
     assert value("3.4028235e38") == ast.FloatLit(3.4028235e38)
     assert value("1e-50") == ast.FloatLit(1e-50)  # underflows to 0 in float32: finite
-    for text in ("1e39", "3.4028236e38", "1e400"):
+    for text in ("1e39", "3.4028236e38", "1e400", "9" * 400 + ".0"):
         failure = error(f"O = {text};")
         assert where(failure) == [("E-LEX", 2, 5)]
         assert "float32" in failure.message
@@ -574,6 +576,17 @@ def test_spans() -> None:
 def test_constraint_span_is_its_first_token() -> None:
     (statement,) = body("O[i: N] = +(A[i]),\n   (i + 1) / 2 < N;")
     assert statement.constraints[0].span == Span(3, 4)
+
+
+def test_only_line_feeds_end_lines() -> None:
+    with pytest.raises(TileSyntaxError) as info:
+        parse("function (A) -> (O) {\r\n  O = A @ 2;\r\n}")
+    assert where(info.value) == [("E-LEX", 2, 9)]
+    assert " 2 |   O = A @ 2;\n" in str(info.value)
+    with pytest.raises(TileSyntaxError) as info:
+        parse("function (A) -> (O) {\r  O = A @ 2;\r}")  # a carriage return is whitespace
+    assert where(info.value) == [("E-LEX", 1, 31)]
+    assert str(info.value).endswith("^")
 
 
 def test_error_column_counts_characters_of_tabbed_lines() -> None:
