@@ -471,6 +471,7 @@ _POLY_OPERATORS = {"PLUS", "MINUS", "STAR", "SLASH"}
 _KEYWORDS = {"FUNCTION", "DEFAULT", "NO_DEFRACT"}
 _RESERVED = re.compile(r"(?:polynomial|expression|contraction)(?![A-Za-z0-9_'])")
 _NUMBER_TAIL = re.compile(r"[0-9.]*(?:[eE][-+]?[0-9]+)?")
+_INDEX_NAME_BEFORE = re.compile(r"(?<![A-Za-z0-9_'])([a-z][A-Za-z0-9_]*'?)[ \t\r\n]*\Z")
 
 
 def _syntax_diagnostic(error: UnexpectedInput, text: str, source: str) -> Diagnostic:
@@ -536,6 +537,15 @@ def _token_message(token: Token, expected: set[str], text: str) -> tuple[str, in
         message += " (a modifier follows the constraints of a contraction, each at most once)"
     elif "NO_DEFRACT" in expected and token.type in _EXPRESSION_OPERATORS:
         message += " (a contraction is a whole statement: it cannot be part of an expression)"
+    elif (
+        expected == {"LPAR"}
+        and (name := _INDEX_NAME_BEFORE.search(text, 0, offset))
+        and name.group(1) != "function"
+    ):
+        message += (
+            f" ('{name.group(1)}' is an index name: index names belong in contractions, "
+            "and a lower-case name in an expression must be a function call)"
+        )
     elif {"RPAR", "EQUAL", "STAR"} <= expected and "AMPERSAND" not in expected:
         message += " (a contraction combines tensor accesses with '+', '*' or '==' only)"
     return message, offset

@@ -433,6 +433,7 @@ def test_comments_are_explained(text: str, column: int) -> None:
         ("O = (A + B;", 11, "expected ')'"),
         ("O = A -> B;", 8, "expected an expression"),
         ("O[:N] = +(A[i]);", 4, "expected ']'"),
+        ("O = i + 1;", 7, "expected '(' ('i' is an index name"),
         ("O[i:] = +(A[i]);", 5, "expected an expression"),
     ],
 )
@@ -468,6 +469,7 @@ def test_missing_semicolon_before_closing_brace() -> None:
         ("function (A) -> () { }", (1, 18), "expected a tensor name"),
         ("function (A, ) -> (O) { }", (1, 14), "expected a tensor name"),
         ("function (a) -> (O) { }", (1, 11), "unexpected 'a'"),
+        ("function A -> (O) { }", (1, 10), "unexpected 'A': expected '('"),
         ("O = A;", (1, 1), "expected 'function'"),
         ("function (A) -> (O) { O = A; }\nfunction (A) -> (O) { }", (2, 1), "after the end"),
     ],
