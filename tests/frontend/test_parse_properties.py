@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import SHARED
+from tests.frontend.test_parse import INTERNAL
 from tile import syntax as ast
 from tile.errors import TileError, TileSyntaxError
 from tile.parse import parse
@@ -166,9 +167,12 @@ def check_parse_is_clean(source: str) -> None:
         assert isinstance(error, TileSyntaxError)
         positions = [(d.line, d.column) for d in error.diagnostics]
         assert positions == sorted(positions)
-        assert all(line >= 1 and column >= 1 for line, column in positions)
+        assert all(
+            1 <= line <= source.count("\n") + 1 and column >= 1 for line, column in positions
+        )
         assert all(d.code in ("E-LEX", "E-SYNTAX") for d in error.diagnostics)
         assert "^" in str(error) or not source.strip()
+        assert not INTERNAL.search(str(error))
     else:
         assert parse(str(function)) == function
     assert time.perf_counter() - started < 1.0
