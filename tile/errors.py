@@ -43,8 +43,10 @@ class Diagnostic:
 
 
 def source_line(source: str, line: int) -> str:
-    lines = source.splitlines()
-    return lines[line - 1] if 1 <= line <= len(lines) else ""
+    # Only line feeds end lines, as for positions (spec 2.1); `splitlines` would also split at
+    # a lone carriage return, a form feed and others, and show the wrong line.
+    lines = source.split("\n")
+    return lines[line - 1].removesuffix("\r") if 1 <= line <= len(lines) else ""
 
 
 def diagnostic(code: str, message: str, span: Span | None, source: str) -> Diagnostic:

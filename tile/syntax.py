@@ -263,7 +263,7 @@ class OutSpec:
 
 @dataclass(frozen=True, slots=True)
 class Constraint:
-    """`, poly < bound`, meaning 0 <= poly < bound; the span is the `<`'s."""
+    """`, poly < bound`, meaning 0 <= poly < bound; the span is the first token of `poly`."""
 
     poly: PolyExpr
     bound: Expr
