@@ -383,12 +383,12 @@ def _strip(text: str) -> str:
     return text
 
 
-def _poly_text(poly: PolyExpr) -> str:
-    return _strip(str(poly))
+def source_text(node: Expr | PolyExpr) -> str:
+    """Tile text of an expression or polynomial without redundant outer parentheses."""
+    return _strip(str(node))
 
 
-def _expr_text(expr: Expr) -> str:
-    return _strip(str(expr))
+_poly_text = _expr_text = source_text
 
 
 def _attrs_text(attrs: tuple[Attribute, ...]) -> str:
