@@ -13,13 +13,56 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, fields, replace
-from enum import Enum
 from typing import TYPE_CHECKING
 
+from semtree.operators import BinOp, Builtin, IdKind, Limit, UnOp
 from semtree.types import DType, Type
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
+
+__all__ = [
+    "Barrier",
+    "BinOp",
+    "Binary",
+    "Block",
+    "Builtin",
+    "Call",
+    "Cast",
+    "Clamp",
+    "Cond",
+    "Declare",
+    "Expr",
+    "FloatConst",
+    "For",
+    "Function",
+    "IdKind",
+    "If",
+    "IndexExpr",
+    "IntConst",
+    "LValue",
+    "Limit",
+    "LimitConst",
+    "Load",
+    "Lookup",
+    "Node",
+    "Param",
+    "Return",
+    "Select",
+    "SemtreeError",
+    "SemtreeTypeError",
+    "Stmt",
+    "Store",
+    "Subscript",
+    "UnOp",
+    "Unary",
+    "UnsupportedNode",
+    "While",
+    "c_identifier",
+    "children",
+    "rewrite",
+    "walk",
+]
 
 
 class SemtreeError(Exception):
@@ -37,115 +80,6 @@ class UnsupportedNode(SemtreeError):  # noqa: N818 - the name ARCHITECTURE 4.2 g
 
 class SemtreeTypeError(SemtreeError, TypeError):
     """An expression or statement breaks the typing rules of ARCHITECTURE 4.4."""
-
-
-# ---- operators and closed vocabularies --------------------------------------------------
-
-
-class UnOp(Enum):
-    NEG = "-"
-    BIT_NOT = "~"
-    NOT = "!"
-
-
-class BinOp(Enum):
-    ADD = "+"
-    SUB = "-"
-    MUL = "*"
-    DIV = "/"
-    MOD = "%"
-    SHL = "<<"
-    SHR = ">>"
-    AND = "&"
-    OR = "|"
-    XOR = "^"
-    LT = "<"
-    LE = "<="
-    GT = ">"
-    GE = ">="
-    EQ = "=="
-    NE = "!="
-    LAND = "&&"
-    LOR = "||"
-
-    @property
-    def is_arithmetic(self) -> bool:
-        return self in _ARITHMETIC
-
-    @property
-    def is_bitwise(self) -> bool:
-        """`& | ^ << >>`: integer (and, for `& | ^`, boolean) operands only."""
-        return self in _BITWISE
-
-    @property
-    def is_shift(self) -> bool:
-        return self in (BinOp.SHL, BinOp.SHR)
-
-    @property
-    def is_comparison(self) -> bool:
-        return self in _COMPARISONS
-
-    @property
-    def is_logical(self) -> bool:
-        return self in (BinOp.LAND, BinOp.LOR)
-
-
-_ARITHMETIC = frozenset({BinOp.ADD, BinOp.SUB, BinOp.MUL, BinOp.DIV, BinOp.MOD})
-_BITWISE = frozenset({BinOp.SHL, BinOp.SHR, BinOp.AND, BinOp.OR, BinOp.XOR})
-_COMPARISONS = frozenset({BinOp.LT, BinOp.LE, BinOp.GT, BinOp.GE, BinOp.EQ, BinOp.NE})
-
-
-class Limit(Enum):
-    """A constant that depends on the dtype: lowest finite, highest finite, 0 or 1."""
-
-    MIN = "min"
-    MAX = "max"
-    ZERO = "zero"
-    ONE = "one"
-
-
-class IdKind(Enum):
-    GLOBAL = "global"
-    GROUP = "group"
-    LOCAL = "local"
-
-
-class Builtin(Enum):
-    """The closed set of builtin functions; every backend implements every member."""
-
-    ABS = "abs"
-    ACOS = "acos"
-    ASIN = "asin"
-    ATAN = "atan"
-    CEIL = "ceil"
-    COS = "cos"
-    COSH = "cosh"
-    EXP = "exp"
-    FLOOR = "floor"
-    LOG = "log"
-    MAD = "mad"
-    MAX = "max"
-    MIN = "min"
-    POW = "pow"
-    RECIP = "recip"
-    ROUND = "round"
-    SIN = "sin"
-    SINH = "sinh"
-    SQRT = "sqrt"
-    TAN = "tan"
-    TANH = "tanh"
-
-    @property
-    def arity(self) -> int:
-        return _ARITY.get(self, 1)
-
-    @property
-    def float_only(self) -> bool:
-        """False for ABS, MAX, MIN and MAD, which also accept integers."""
-        return self not in (Builtin.ABS, Builtin.MAX, Builtin.MIN, Builtin.MAD)
-
-
-_ARITY = {Builtin.MAD: 3, Builtin.MAX: 2, Builtin.MIN: 2, Builtin.POW: 2}
 
 
 # ---- names ----------------------------------------------------------------------------------
@@ -190,6 +124,9 @@ def c_identifier(name: str) -> str:
 class Node:
     span: str | None = field(default=None, compare=False, repr=False, kw_only=True)
 
+    def __post_init__(self) -> None:
+        _normalise(self)
+
     def __str__(self) -> str:
         from semtree.printer import CPrinter  # the printer imports this module
 
@@ -209,12 +146,6 @@ class LValue(Node):
 @dataclass(frozen=True, slots=True)
 class Stmt(Node):
     """A statement."""
-
-
-def _expect(value: object, kind: type | tuple[type, ...], what: str) -> None:
-    if not isinstance(value, kind):
-        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise SemtreeTypeError(f"{what} must be a {names}, got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,10 +208,9 @@ class IndexExpr(Expr):
 
 @dataclass(frozen=True, slots=True)
 class Lookup(LValue):
-    name: str
+    """A parameter or declared variable (the name is sanitised to a C identifier)."""
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "name", c_identifier(self.name))
+    name: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,17 +220,10 @@ class Subscript(LValue):
     base: LValue
     offset: Expr
 
-    def __post_init__(self) -> None:
-        _expect(self.base, LValue, "Subscript.base")
-        _expect(self.offset, Expr, "Subscript.offset")
-
 
 @dataclass(frozen=True, slots=True)
 class Load(Expr):
     ref: LValue
-
-    def __post_init__(self) -> None:
-        _expect(self.ref, LValue, "Load.ref")
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,19 +231,12 @@ class Unary(Expr):
     op: UnOp
     operand: Expr
 
-    def __post_init__(self) -> None:
-        _expect(self.operand, Expr, f"operand of {self.op.value}")
-
 
 @dataclass(frozen=True, slots=True)
 class Binary(Expr):
     op: BinOp
     lhs: Expr
     rhs: Expr
-
-    def __post_init__(self) -> None:
-        _expect(self.lhs, Expr, f"left operand of {self.op.value}")
-        _expect(self.rhs, Expr, f"right operand of {self.op.value}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,10 +247,6 @@ class Cond(Expr):
     then: Expr
     other: Expr
 
-    def __post_init__(self) -> None:
-        for name in ("cond", "then", "other"):
-            _expect(getattr(self, name), Expr, f"Cond.{name}")
-
 
 @dataclass(frozen=True, slots=True)
 class Select(Expr):
@@ -344,20 +256,12 @@ class Select(Expr):
     then: Expr
     other: Expr
 
-    def __post_init__(self) -> None:
-        for name in ("cond", "then", "other"):
-            _expect(getattr(self, name), Expr, f"Select.{name}")
-
 
 @dataclass(frozen=True, slots=True)
 class Clamp(Expr):
     value: Expr
     lo: Expr
     hi: Expr
-
-    def __post_init__(self) -> None:
-        for name in ("value", "lo", "hi"):
-            _expect(getattr(self, name), Expr, f"Clamp.{name}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,10 +271,6 @@ class Cast(Expr):
     type: Type
     value: Expr
 
-    def __post_init__(self) -> None:
-        _expect(self.type, Type, "Cast.type")
-        _expect(self.value, Expr, "Cast.value")
-
 
 @dataclass(frozen=True, slots=True)
 class Call(Expr):
@@ -378,13 +278,11 @@ class Call(Expr):
     args: tuple[Expr, ...]
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "args", tuple(self.args))
+        _normalise(self)
         if len(self.args) != self.fn.arity:
             raise SemtreeTypeError(
                 f"{self.fn.value} takes {self.fn.arity} argument(s), got {len(self.args)}"
             )
-        for arg in self.args:
-            _expect(arg, Expr, f"argument of {self.fn.value}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -395,21 +293,11 @@ class Declare(Stmt):
     name: str
     init: Expr | None = None
 
-    def __post_init__(self) -> None:
-        _expect(self.type, Type, "Declare.type")
-        object.__setattr__(self, "name", c_identifier(self.name))
-        if self.init is not None:
-            _expect(self.init, Expr, f"initialiser of {self.name}")
-
 
 @dataclass(frozen=True, slots=True)
 class Store(Stmt):
     ref: LValue
     value: Expr
-
-    def __post_init__(self) -> None:
-        _expect(self.ref, LValue, "Store.ref")
-        _expect(self.value, Expr, "Store.value")
 
 
 @dataclass(frozen=True, slots=True)
@@ -418,23 +306,12 @@ class Block(Stmt):
 
     stmts: tuple[Stmt, ...] = ()
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "stmts", tuple(self.stmts))
-        for stmt in self.stmts:
-            _expect(stmt, Stmt, "a statement of a Block")
-
 
 @dataclass(frozen=True, slots=True)
 class If(Stmt):
     cond: Expr
     then: Stmt
     other: Stmt | None = None
-
-    def __post_init__(self) -> None:
-        _expect(self.cond, Expr, "If.cond")
-        _expect(self.then, Stmt, "If.then")
-        if self.other is not None:
-            _expect(self.other, Stmt, "If.other")
 
 
 @dataclass(frozen=True, slots=True)
@@ -447,20 +324,15 @@ class For(Stmt):
     body: Stmt
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "var", c_identifier(self.var))
+        _normalise(self)
         if self.count < 0 or self.step < 1:
             raise SemtreeTypeError(f"For {self.var}: count {self.count}, step {self.step}")
-        _expect(self.body, Stmt, "For.body")
 
 
 @dataclass(frozen=True, slots=True)
 class While(Stmt):
     cond: Expr
     body: Stmt
-
-    def __post_init__(self) -> None:
-        _expect(self.cond, Expr, "While.cond")
-        _expect(self.body, Stmt, "While.body")
 
 
 @dataclass(frozen=True, slots=True)
@@ -472,19 +344,11 @@ class Barrier(Stmt):
 class Return(Stmt):
     value: Expr | None = None
 
-    def __post_init__(self) -> None:
-        if self.value is not None:
-            _expect(self.value, Expr, "Return.value")
-
 
 @dataclass(frozen=True, slots=True)
 class Param(Node):
     name: str
     type: Type
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "name", c_identifier(self.name))
-        _expect(self.type, Type, f"type of parameter {self.name}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -497,14 +361,69 @@ class Function(Node):
     ret: Type = field(default_factory=Type.void)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "name", c_identifier(self.name))
-        object.__setattr__(self, "params", tuple(self.params))
-        for param in self.params:
-            _expect(param, Param, f"a parameter of {self.name}")
-        _expect(self.body, Block, f"body of {self.name}")
+        _normalise(self)
         names = [param.name for param in self.params]
         if len(set(names)) != len(names):
             raise SemtreeTypeError(f"{self.name}: duplicate parameter names {names}")
+
+
+# ---- construction checks --------------------------------------------------------------------
+
+_KINDS: dict[str, type] = {
+    "Expr": Expr,
+    "LValue": LValue,
+    "Stmt": Stmt,
+    "Block": Block,
+    "Param": Param,
+    "Type": Type,
+    "UnOp": UnOp,
+    "BinOp": BinOp,
+    "Limit": Limit,
+    "IdKind": IdKind,
+    "Builtin": Builtin,
+    "DType": DType,
+}
+_SCHEMAS: dict[type, tuple[tuple[str, str, type | None, bool], ...]] = {}
+
+
+def _schema(cls: type) -> tuple[tuple[str, str, type | None, bool], ...]:
+    """(field, shape, class, optional) per field; shape is "one", "tuple", "name" or "any"."""
+    schema = _SCHEMAS.get(cls)
+    if schema is None:
+        rows = []
+        for item in fields(cls):
+            text = str(item.type)
+            optional = text.endswith(" | None")
+            text = text.removesuffix(" | None")
+            if item.name in ("name", "var"):
+                rows.append((item.name, "name", None, False))
+            elif text.startswith("tuple["):
+                rows.append((item.name, "tuple", _KINDS[text[6:].split(",")[0]], False))
+            elif text in _KINDS:
+                rows.append((item.name, "one", _KINDS[text], optional))
+        schema = _SCHEMAS[cls] = tuple(rows)
+    return schema
+
+
+def _normalise(node: Node) -> None:
+    """Sanitise names, turn sequences into tuples and check every child's class, so that a
+    generator's mistake fails where the node is built."""
+    for name, shape, kind, optional in _schema(type(node)):
+        value = getattr(node, name)
+        if shape == "name":
+            object.__setattr__(node, name, c_identifier(value))
+        elif shape == "tuple":
+            items = tuple(value)
+            object.__setattr__(node, name, items)
+            for item in items:
+                _expect(item, kind, f"an item of {type(node).__name__}.{name}")
+        elif not (optional and value is None):
+            _expect(value, kind, f"{type(node).__name__}.{name}")
+
+
+def _expect(value: object, kind: type | None, what: str) -> None:
+    if kind is not None and not isinstance(value, kind):
+        raise SemtreeTypeError(f"{what} must be a {kind.__name__}, got {value!r}")
 
 
 # ---- traversal ------------------------------------------------------------------------------
