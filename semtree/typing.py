@@ -334,7 +334,8 @@ def check_assign(target: Type, value: Type, what: str) -> None:
 
 def check_store_target(ref: LValue, scope: Scope, native_fp16: bool) -> Type:
     """The type stored to by `ref`; raises if it is read-only (through a const pointer)."""
-    if isinstance(ref, Subscript) and lvalue_type(ref.base, scope, native_fp16).is_const:
+    base = lvalue_type(ref.base, scope, native_fp16) if isinstance(ref, Subscript) else None
+    if base is not None and base.is_pointer and base.is_const:
         raise SemtreeTypeError(f"store through a const pointer: {ref}")
     return lvalue_type(ref, scope, native_fp16)
 
