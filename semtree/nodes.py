@@ -11,6 +11,7 @@ It is excluded from equality and hashing; printers may show it as a comment.
 
 from __future__ import annotations
 
+import operator
 import re
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING
@@ -95,10 +96,9 @@ acos atan sinh cosh floor ceil round recip native_exp native_log native_sqrt nat
 get_global_id get_group_id get_local_id vload_half vstore_half INFINITY NAN
 """  # C keywords, then OpenCL C qualifiers, types and the functions our printers emit
 _RESERVED = frozenset(_RESERVED_WORDS.split())
-_VECTOR_TYPE = re.compile(
-    r"(bool|char|uchar|short|ushort|int|uint|long|ulong|half|float|double)"
-    r"(2|3|4|8|16)"
-)
+_TYPE_NAMES = "(bool|char|uchar|short|ushort|int|uint|long|ulong|half|float|double)"
+_VECTOR_TYPE = re.compile(_TYPE_NAMES + "(2|3|4|8|16)")
+_CONVERSION = re.compile(f"(convert_|as_){_TYPE_NAMES}(2|3|4|8|16)?(_sat)?(_rt[enpz])?")
 _NOT_IDENTIFIER = re.compile(r"[^A-Za-z0-9_]")
 
 
@@ -112,7 +112,7 @@ def c_identifier(name: str) -> str:
     text = _NOT_IDENTIFIER.sub("_", name) or "_"
     if text[0].isdigit():
         text = "_" + text
-    if text in _RESERVED or _VECTOR_TYPE.fullmatch(text) or text.startswith("convert_"):
+    if text in _RESERVED or _VECTOR_TYPE.fullmatch(text) or _CONVERSION.fullmatch(text):
         text += "_"
     return text
 
@@ -157,8 +157,8 @@ class IntConst(Expr):
     def __post_init__(self) -> None:
         if isinstance(self.value, bool) or not isinstance(self.value, int):
             try:
-                object.__setattr__(self, "value", int(self.value))  # numpy integers
-            except (TypeError, ValueError):
+                object.__setattr__(self, "value", operator.index(self.value))  # numpy integers
+            except TypeError:
                 raise SemtreeTypeError(f"not an integer: {self.value!r}") from None
         if not -(2**63) <= self.value < 2**64:
             raise SemtreeTypeError(f"integer literal {self.value} does not fit in 64 bits")

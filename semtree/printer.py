@@ -202,14 +202,22 @@ class CPrinter:
         pad = self.indent * depth
         lines = [f"{pad}if ({self.expr(stmt.cond)}) {{", *self.body(stmt.then, depth + 1)]
         other = stmt.other
-        while isinstance(other, If) and not (self.spans and other.span):
-            lines.append(f"{pad}}} else if ({self.expr(other.cond)}) {{")
-            lines += self.body(other.then, depth + 1)
-            other = other.other
+        while (chained := self._else_if(other)) is not None:
+            lines.append(f"{pad}}} else if ({self.expr(chained.cond)}) {{")
+            lines += self.body(chained.then, depth + 1)
+            other = chained.other
         if other is not None:
             lines += [pad + "} else {", *self.body(other, depth + 1)]
         lines.append(pad + "}")
         return lines
+
+    def _else_if(self, other: Stmt | None) -> If | None:
+        """An `else` branch that is a lone `If` (possibly in its own block) chains."""
+        if isinstance(other, Block) and len(other.stmts) == 1 and not other.span:
+            other = other.stmts[0]
+        if isinstance(other, If) and not (self.spans and other.span):
+            return other
+        return None
 
     def declare(self, stmt: Declare, depth: int) -> list[str]:
         pad = self.indent * depth
