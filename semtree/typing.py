@@ -341,13 +341,17 @@ def check_store_target(ref: LValue, scope: Scope, native_fp16: bool) -> Type:
 
 
 def check_function(function: Function, native_fp16: bool) -> None:
-    """Type-check every statement and expression of `function`; raise SemtreeTypeError."""
+    """Type-check every statement and expression of `function`; raise SemtreeTypeError.
+
+    Beyond the expression rules: stores convert as casts would, never go through a const
+    pointer, never assign a loop variable (a `For` counter is read-only), and `If`/`While`
+    conditions are scalars."""
     scope: dict[str, Type] = {}
     for param in function.params:
         if not (param.type.is_pointer or param.type.is_numeric):
             raise SemtreeTypeError(f"parameter {param.name} of type {param.type}")
         scope[param.name] = param.type
-    _check_stmt(function.body, scope, function.ret, native_fp16)
+    _check_stmt(function.body, scope, set(), function.ret, native_fp16)
 
 
 def _check_condition(cond: Expr, scope: Scope, native_fp16: bool, what: str) -> None:
@@ -356,7 +360,10 @@ def _check_condition(cond: Expr, scope: Scope, native_fp16: bool, what: str) -> 
         raise SemtreeTypeError(f"{what} condition must be a scalar, got {type_}")
 
 
-def _check_stmt(stmt: Stmt, scope: dict[str, Type], ret: Type, native_fp16: bool) -> None:
+def _check_stmt(
+    stmt: Stmt, scope: dict[str, Type], loops: set[str], ret: Type, native_fp16: bool
+) -> None:
+    """`scope` and `loops` (the loop counters in scope) belong to the enclosing block."""
     match stmt:
         case Declare(type_, name, init):
             if type_.is_void or (type_.region is Region.GLOBAL and not type_.base_is_pointer):
@@ -365,23 +372,26 @@ def _check_stmt(stmt: Stmt, scope: dict[str, Type], ret: Type, native_fp16: bool
                 target = value_type(type_.element() if type_.is_array else type_, native_fp16)
                 check_assign(target, type_of(init, scope, native_fp16), f"{name} = {init}")
             scope[name] = type_
+            loops.discard(name)
         case Store(ref, value):
+            if isinstance(ref, Lookup) and ref.name in loops:
+                raise SemtreeTypeError(f"loop variable {ref.name} is read-only")
             target = value_type(check_store_target(ref, scope, native_fp16), native_fp16)
             check_assign(target, type_of(value, scope, native_fp16), f"{ref} = {value}")
         case Block(stmts):
-            inner = dict(scope)
+            inner, inner_loops = dict(scope), set(loops)
             for item in stmts:
-                _check_stmt(item, inner, ret, native_fp16)
+                _check_stmt(item, inner, inner_loops, ret, native_fp16)
         case If(cond, then, other):
             _check_condition(cond, scope, native_fp16, "if")
-            _check_stmt(then, dict(scope), ret, native_fp16)
+            _check_stmt(then, dict(scope), set(loops), ret, native_fp16)
             if other is not None:
-                _check_stmt(other, dict(scope), ret, native_fp16)
+                _check_stmt(other, dict(scope), set(loops), ret, native_fp16)
         case For(var, _, _, body):
-            _check_stmt(body, {**scope, var: INDEX}, ret, native_fp16)
+            _check_stmt(body, {**scope, var: INDEX}, {*loops, var}, ret, native_fp16)
         case While(cond, body):
             _check_condition(cond, scope, native_fp16, "while")
-            _check_stmt(body, dict(scope), ret, native_fp16)
+            _check_stmt(body, dict(scope), set(loops), ret, native_fp16)
         case Barrier():
             pass
         case Return(value):

@@ -373,6 +373,7 @@ def test_check_function_accepts_well_typed_kernels() -> None:
         lambda: sb.declare(F32, "y", v("out")),
         lambda: sb.while_(v("f").lt(0.0), []),
         lambda: sb.assign(v("j"), 1),  # a loop variable outside its loop
+        lambda: sb.for_("j", 2, body=sb.assign(v("j"), 1)),  # loop variables are read-only
     ],
 )
 def test_check_function_rejects(stmt: object) -> None:
@@ -392,6 +393,11 @@ def test_scopes_end_with_their_block() -> None:
     function = kernel(sb.if_(1, sb.declare(F32, "t", 1.0)), sb.assign(v("out")[0], v("t")))
     with pytest.raises(SemtreeTypeError, match="undeclared"):
         check_function(function, True)
+
+
+def test_a_declaration_may_shadow_a_loop_variable() -> None:
+    body = sb.for_("j", 2, body=[sb.declare(F32, "j", 0.0), sb.assign(v("j"), 1.0)])
+    check_function(kernel(body), True)
 
 
 def test_functions_returning_values() -> None:
