@@ -1,7 +1,123 @@
-"""The contract between the Tile front end and every back end: types and (later) the kernel IR."""
+"""The contract between the Tile front end and every back end (ARCHITECTURE 2, 3.5, 4, 5.3).
+
+`semtree` imports nothing else of ours. It holds the element and kernel types, the kernel IR
+(nodes, builder DSL, typing rules, C-like printer), the `KernelList` the generator hands to a
+HAL, and the `HardwareSettings` the generator targets. `promote` is the element-type rule of
+spec 5.2; the kernel-level rule over `Type`s is `semtree.typing.promote`.
+"""
 
 from __future__ import annotations
 
-from semtree.types import DType, TensorShape, promote
+from semtree import builder
+from semtree.kernel import (
+    Direction,
+    HardwareSettings,
+    KernelInfo,
+    KernelKind,
+    KernelList,
+    KernelListError,
+    KernelParam,
+)
+from semtree.nodes import (
+    Barrier,
+    Binary,
+    BinOp,
+    Block,
+    Builtin,
+    Call,
+    Cast,
+    Clamp,
+    Cond,
+    Declare,
+    Expr,
+    FloatConst,
+    For,
+    Function,
+    IdKind,
+    If,
+    IndexExpr,
+    IntConst,
+    Limit,
+    LimitConst,
+    Load,
+    Lookup,
+    LValue,
+    Node,
+    Param,
+    Return,
+    Select,
+    SemtreeError,
+    SemtreeTypeError,
+    Stmt,
+    Store,
+    Subscript,
+    Unary,
+    UnOp,
+    UnsupportedNode,
+    While,
+    c_identifier,
+    rewrite,
+    walk,
+)
+from semtree.printer import CPrinter
+from semtree.types import DType, Region, TensorShape, Type, TypeBase, promote
+from semtree.typing import check_function, type_of
 
-__all__ = ["DType", "TensorShape", "promote"]
+__all__ = [
+    "Barrier",
+    "BinOp",
+    "Binary",
+    "Block",
+    "Builtin",
+    "CPrinter",
+    "Call",
+    "Cast",
+    "Clamp",
+    "Cond",
+    "DType",
+    "Declare",
+    "Direction",
+    "Expr",
+    "FloatConst",
+    "For",
+    "Function",
+    "HardwareSettings",
+    "IdKind",
+    "If",
+    "IndexExpr",
+    "IntConst",
+    "KernelInfo",
+    "KernelKind",
+    "KernelList",
+    "KernelListError",
+    "KernelParam",
+    "LValue",
+    "Limit",
+    "LimitConst",
+    "Load",
+    "Lookup",
+    "Node",
+    "Param",
+    "Region",
+    "Return",
+    "Select",
+    "SemtreeError",
+    "SemtreeTypeError",
+    "Stmt",
+    "Store",
+    "Subscript",
+    "TensorShape",
+    "Type",
+    "TypeBase",
+    "UnOp",
+    "Unary",
+    "UnsupportedNode",
+    "While",
+    "builder",
+    "c_identifier",
+    "check_function",
+    "promote",
+    "rewrite",
+    "type_of",
+    "walk",
+]
