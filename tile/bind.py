@@ -129,6 +129,7 @@ class Binder:
 
         bind_inputs(self, inputs)
         self.sink.raise_if_any()
+        input_bindings = dict(self.bindings)
         for statement in self.function.body:
             try:
                 if isinstance(statement, ContractionStmt):
@@ -147,6 +148,7 @@ class Binder:
             bindings=self.bindings,
             inputs=tuple(decl.name for decl in self.function.inputs),
             output_names=tuple(o.name for o in self.function.outputs),
+            input_bindings=input_bindings,
             floatx=self.floatx,
         )
 

@@ -128,6 +128,10 @@ class BoundProgram:
     bindings: dict[str, Binding]  # every input, constant, temporary and output
     inputs: tuple[str, ...]  # the function's inputs, in header order
     output_names: tuple[str, ...]
+    # How each input was bound: a tensor (a buffer at run time) or a scalar constant (folded
+    # into the program). Differs from `bindings` only for a constant input that is also an
+    # output, which `bindings` holds as the 0-D tensor materialising it.
+    input_bindings: dict[str, Binding] = field(default_factory=dict)
     floatx: DType = DType.FLOAT32
 
     @property
@@ -145,7 +149,7 @@ class BoundProgram:
     def __str__(self) -> str:
         lines = []
         for name in self.inputs:
-            lines.append(f"in    {name}: {self.bindings[name]}")
+            lines.append(f"in    {name}: {self.input_bindings.get(name, self.bindings[name])}")
         constants = [n for n, b in self.bindings.items() if isinstance(b, ConstBinding)]
         for name in constants:
             if name not in self.inputs:

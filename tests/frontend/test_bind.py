@@ -422,3 +422,11 @@ def test_str_of_bound_program() -> None:
     ).bind(A=arr("float32", 2, 3), B=arr("float32", 3, 4))
     text = str(bound)
     assert "C" in text and "f32[2, 4]" in text and "A[m, k]" in text
+
+
+def test_constant_input_returned_as_output() -> None:
+    bound = tile.Function("function (K) -> (K) { }").bind(K=5)
+    assert bound.outputs == {"K": ((), np.dtype("int32"))}
+    assert isinstance(bound.input_bindings["K"], ConstBinding)
+    (op,) = bound.ops
+    assert op.output == "K" and op.fn == "ident"
