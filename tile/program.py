@@ -14,7 +14,7 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from semtree.types import DType, TensorShape
-from tile.syntax import AggOp, CombOp, Span
+from tile.syntax import AggOp, CombOp, Span, contraction_text
 
 if TYPE_CHECKING:
     import numpy as np
@@ -79,22 +79,14 @@ class BoundContraction:
         return self.access[1:]
 
     def __str__(self) -> str:
-        ops = [str(a) for a in self.operands]
-        match self.comb:
-            case CombOp.NONE:
-                body = ops[0]
-            case CombOp.COND:
-                body = f"{ops[0]} == {ops[1]} ? {ops[2]}"
-            case _:
-                body = f" {self.comb.value} ".join(ops)
-        text = f"{self.agg.value}({body})"
-        for constraint in self.constraints:
-            text += f", {constraint.poly} < {constraint.range}"
-        if self.default is not None:
-            text += f" default {self.default}"
-        if self.no_defract:
-            text += " no_defract"
-        return text
+        return contraction_text(
+            self.agg,
+            self.comb,
+            [str(a) for a in self.operands],
+            [f"{c.poly} < {c.range}" for c in self.constraints],
+            self.default,
+            self.no_defract,
+        )
 
 
 @dataclass(frozen=True, slots=True)

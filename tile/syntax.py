@@ -321,22 +321,41 @@ class ContractionStmt:
         return self.out.name
 
     def __str__(self) -> str:
-        ops = [str(o) for o in self.operands]
-        match self.comb:
-            case CombOp.NONE:
-                body = ops[0]
-            case CombOp.COND:
-                body = f"{ops[0]} == {ops[1]} ? {ops[2]}"
-            case _:
-                body = f" {self.comb.value} ".join(ops)
-        text = f"{_attrs_text(self.attrs)}{self.out} = {self.agg.value}({body})"
-        for constraint in self.constraints:
-            text += f", {constraint}"
-        if self.default is not None:
-            text += f" default {self.default.name}"
-        if self.no_defract:
-            text += " no_defract"
-        return text + ";"
+        text = contraction_text(
+            self.agg,
+            self.comb,
+            [str(o) for o in self.operands],
+            [str(c) for c in self.constraints],
+            self.default.name if self.default is not None else None,
+            self.no_defract,
+        )
+        return f"{_attrs_text(self.attrs)}{self.out} = {text};"
+
+
+def contraction_text(
+    agg: AggOp,
+    comb: CombOp,
+    operands: list[str],
+    constraints: list[str],
+    default: str | None,
+    no_defract: bool,
+) -> str:
+    """`agg(operands), constraints default D no_defract` as Tile writes it."""
+    match comb:
+        case CombOp.NONE:
+            body = operands[0]
+        case CombOp.COND:
+            body = f"{operands[0]} == {operands[1]} ? {operands[2]}"
+        case _:
+            body = f" {comb.value} ".join(operands)
+    text = f"{agg.value}({body})"
+    for constraint in constraints:
+        text += f", {constraint}"
+    if default is not None:
+        text += f" default {default}"
+    if no_defract:
+        text += " no_defract"
+    return text
 
 
 Statement = Assign | ContractionStmt
