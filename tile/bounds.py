@@ -22,18 +22,19 @@ parallel and merge by intersecting their intervals (spec step 3). Every variable
 the vectors `b` span every unit vector, because each constraint bounds its form on both sides:
 the recession cone of the polyhedron is the null space of the `b`s, so unboundedness is exact
 linear algebra and needs no optimisation. The bounds themselves are the exact minimum and
-maximum of each variable over the polyhedron `{lo_k <= b_k.v <= hi_k}`, found by a
-bounded-variable primal simplex over `Fraction`s with Bland's rule (so it cannot cycle), warm
-started from one optimum to the next; feasibility comes first by the same tableau (the
-Dutertre-de Moura check), whose failing row names the constraints that conflict. Rounding an
-optimum inward is a valid cut, so when some optimum was fractional the rounded box is added to
-the system and the bounds are recomputed, a few rounds at most.
+maximum of each variable over the polyhedron `{lo_k <= b_k.v <= hi_k}`, found by an exact
+bounded-variable primal simplex, warm started from one optimum to the next. Feasibility comes
+first, on the same tableau (the Dutertre-de Moura check), and its failing row names the
+constraints that conflict. Rounding an optimum inward is a valid cut, so when some optimum was
+fractional the rounded box joins the system and the bounds are computed again, a few rounds
+at most. The result is never looser than the rational optimum of the original constraints
+rounded inward, and often tighter (`0 <= i < 6, 0 <= i/2 < 3` gives `i <= 4`: `i` is even).
 
-Why not Fourier-Motzkin: it is exact too, but a dense 10-variable system can grow
-doubly exponentially unless redundant rows are removed, and the cheap pruning rules
-(Chernikov's) are easy to get subtly wrong once combined with deduplication. The simplex
-works on a tableau with one row per non-parallel multi-variable constraint; single-variable
-constraints (most of those of a convolution) become variable bounds and cost nothing.
+Why a simplex and not Fourier-Motzkin: both are exact, but elimination can grow doubly
+exponentially on a dense system unless redundant rows are removed, and the cheap pruning rules
+(Chernikov's) are easy to get subtly wrong once combined with deduplication. The tableau has
+one row per non-parallel multi-variable constraint; single-variable constraints (most of those
+of a convolution) become variable bounds and cost nothing.
 """
 
 from __future__ import annotations
@@ -110,19 +111,20 @@ class Guard:
 
 # ---- normal form of one constraint ---------------------------------------------------------
 
-Direction = tuple[tuple[str, int], ...]
+_Direction = tuple[tuple[str, int], ...]
 
 
 @dataclass(frozen=True, slots=True)
 class _NormalForm:
     """`poly == scale * (direction . v) + const`, direction primitive, first entry positive."""
 
-    direction: Direction
+    direction: _Direction
     scale: Fraction
     const: Fraction
 
     @staticmethod
     def of(poly: Polynomial) -> _NormalForm:
+        assert not poly.is_constant, "constant constraints have no direction"
         numerators = [c.numerator for _, c in poly.terms]
         denominators = [c.denominator for _, c in poly.terms]
         scale = Fraction(gcd(*numerators), lcm(*denominators))
@@ -173,7 +175,7 @@ class _Family:
     """Parallel constraints merged: `lo <= w <= hi` and `w = residue (mod modulus)` for the
     integer form `w = direction . v`; the class is where every polynomial is an integer."""
 
-    direction: Direction
+    direction: _Direction
     lo: int
     hi: int
     modulus: int
@@ -228,7 +230,7 @@ def _normalize(index: int, constraint: RangeConstraint) -> _Family | str:
 # ---- unboundedness: linear algebra on the directions ---------------------------------------
 
 
-def _unbounded(directions: Sequence[Direction], names: Sequence[str]) -> tuple[str, ...]:
+def _unbounded(directions: Sequence[_Direction], names: Sequence[str]) -> tuple[str, ...]:
     """Variables not fixed by the span of `directions` (exactly those without finite bounds).
 
     In the reduced row echelon form of the directions, the unit vector of a variable lies in
@@ -489,7 +491,7 @@ def index_bounds(constraints: Sequence[RangeConstraint], variables: Sequence[str
     def empty(reason: str, involved: Sequence[int] = ()) -> BoundsResult:
         return BoundsResult(None, unbounded, reason, tuple(sorted(involved)))
 
-    families: dict[Direction, _Family] = {}
+    families: dict[_Direction, _Family] = {}
     for index, constraint in enumerate(constraints):
         if constraint.range <= 0:
             return empty(f"{constraint} can never hold: its range is {constraint.range}", [index])
@@ -546,8 +548,7 @@ def index_bounds(constraints: Sequence[RangeConstraint], variables: Sequence[str
             if low > high:
                 return empty(
                     f"{name} has no integer value: the constraints only allow "
-                    f"{lowest} <= {name} <= {highest}",
-                    [s for column_sources in sources for s in column_sources],
+                    f"{lowest} <= {name} <= {highest}"
                 )
             refined |= low != lowest or high != highest
             box[name] = Bounds(low, high)
@@ -558,10 +559,7 @@ def index_bounds(constraints: Sequence[RangeConstraint], variables: Sequence[str
             simplex.set_bounds(column, box[name].lo, box[name].hi)
         simplex.repair()
         if simplex.check() is not None:
-            return empty(
-                "the constraints have rational solutions but no integer one",
-                [s for column_sources in sources for s in column_sources],
-            )
+            return empty("the constraints have rational solutions but no integer one")
     return BoundsResult(box)
 
 
@@ -589,7 +587,7 @@ def residual_guards(
     compile time by `index_bounds` and give no guard. Result order: constraint, then lower
     before upper.
     """
-    tightest: dict[tuple[Direction, bool], tuple[int, Guard]] = {}
+    tightest: dict[tuple[_Direction, bool], tuple[int, Guard]] = {}
     for index, constraint in enumerate(constraints):
         poly = constraint.poly
         if poly.is_constant:
