@@ -1,6 +1,6 @@
 """Stage 1: Tile source text -> `tile.syntax.FunctionDef`, with positioned diagnostics.
 
-The first stage of the pipeline (`parse` -> `check` -> `lower` -> `bind` -> ...). The grammar is
+The first stage of the pipeline (`parse` -> `check` -> `bind` -> ...). The grammar is
 `tile/tile.lark`; one Lark LALR parser, built on first use and kept for the process, runs the
 `_Builder` callbacks as it reduces, so the AST is built in the same pass as the parse, without a
 parse tree and without recursion. A syntax error makes `parse` re-read the text piece by piece
