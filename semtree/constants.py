@@ -22,7 +22,8 @@ def numpy_dtype(type_: Type) -> np.dtype:
 
 def literal_value(value: float, type_: Type) -> np.ndarray:
     if type_.is_float:
-        return np.array([float(value)]).astype(numpy_dtype(type_))
+        with np.errstate(over="ignore"):  # 1e30 as f16 is inf
+            return np.array([float(value)]).astype(numpy_dtype(type_))
     if type_.is_bool:
         return np.array([bool(value)])
     return np.array([int(value) % 2**64], np.uint64).astype(numpy_dtype(type_))

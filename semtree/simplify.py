@@ -214,6 +214,8 @@ class _Simplifier(ScopedPass):
                 if truth is not None:
                     branch, branch_type = (then, types[1]) if truth else (other, types[2])
                     return branch if branch_type == type_ else Cast(type_, branch)
+            case Cast(target, inner) if types[0] == target and not is_literal(inner):
+                return inner  # converts nothing (an emulated f16 cast rounds: f32 != f16)
             case Binary(op, lhs, rhs):
                 shorter = self.identity(op, lhs, rhs, types, type_)
                 if shorter is None:

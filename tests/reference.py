@@ -525,7 +525,8 @@ def _scalar(value: object, type_: Type) -> np.ndarray:
     """A 0-d array holding `value` in `type_`: floats round to nearest, integers wrap."""
     dtype = numpy_dtype(type_)
     if type_.is_float:
-        return np.array(float(value)).astype(dtype)  # type: ignore[arg-type]
+        with np.errstate(over="ignore"):  # 1e30 as f16 is inf
+            return np.array(float(value)).astype(dtype)  # type: ignore[arg-type]
     if type_.is_bool:
         return np.array(bool(value))
     return np.array(int(value) % 2**64, np.uint64).astype(dtype)  # type: ignore[call-overload]
