@@ -186,6 +186,8 @@ class Machine:
 
     def run(self, function: Function, args: Sequence[object]) -> None:
         check_function(function, self.native_fp16)
+        if not function.ret.is_void:
+            raise ValueError(f"{function.name} returns {function.ret}: only kernels run here")
         if len(args) != len(function.params):
             raise ValueError(f"{function.name} takes {len(function.params)} arguments")
         for param, arg in zip(function.params, args, strict=True):
