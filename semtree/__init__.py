@@ -1,9 +1,10 @@
 """The contract between the Tile front end and every back end (ARCHITECTURE 2, 3.5, 4, 5.3).
 
 `semtree` imports nothing else of ours. It holds the element and kernel types, the kernel IR
-(nodes, builder DSL, typing rules, C-like printer), the `KernelList` the generator hands to a
-HAL, and the `HardwareSettings` the generator targets. `promote` is the element-type rule of
-spec 5.2; the kernel-level rule over `Type`s is `semtree.typing.promote`.
+(nodes, builder DSL, typing rules, C-like printer, simplification passes), the `KernelList`
+the generator hands to a HAL, and the `HardwareSettings` the generator targets. `promote` is
+the element-type rule of spec 5.2; the kernel-level rule over `Type`s is
+`semtree.typing.promote`.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ from semtree.nodes import (
     walk,
 )
 from semtree.printer import CPrinter
+from semtree.simplify import form_mad, simplify
 from semtree.types import DType, Region, TensorShape, Type, TypeBase, promote
 from semtree.typing import check_function, type_of
 
@@ -116,8 +118,10 @@ __all__ = [
     "builder",
     "c_identifier",
     "check_function",
+    "form_mad",
     "promote",
     "rewrite",
+    "simplify",
     "type_of",
     "walk",
 ]

@@ -162,10 +162,9 @@ class CPrinter:
         pad = self.indent * depth
         lines = [f"{pad}// {stmt.span}"] if self.spans and stmt.span else []
         match stmt:
-            case Declare(type_, name, init):
+            case Declare(type_, name, _):
                 lines += self.declare(stmt, depth)
                 self.scope[name] = type_
-                del init
             case Store(ref, value):
                 lines.append(f"{pad}{self.lvalue(ref)} = {self.expr(value)};")
             case Block(stmts):

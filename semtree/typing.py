@@ -12,9 +12,15 @@ kernel computes the same values on every device. The rules, in the order they ap
    an assignment, a cast and a return are "the other operand" of a literal they receive;
 5. comparisons and logic yield booleans of the operands' width;
 6. booleans occupy one byte in memory (a backend matter);
-7. without native fp16, FLOAT16 is a storage format: values of that type are FLOAT32;
+7. without native fp16, FLOAT16 is a storage format: values of that type are FLOAT32 (a
+   load from memory widens; a store to memory and a `Cast` to FLOAT16 round to half; a
+   private or local FLOAT16 variable holds FLOAT32 values);
 8. to 10. conversions, integer arithmetic and INDEX ranges: semantics, defined by the
    reference interpreter (`tests/reference.py`) and implemented by the renderers.
+
+`check_function` adds the statement rules: stores convert as a `Cast` to the target would,
+never go through a const pointer and never assign a loop counter; `If`/`While` conditions are
+scalars (a vector boolean feeds only `Cond`, `Select` and logic).
 """
 
 from __future__ import annotations

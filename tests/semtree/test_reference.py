@@ -578,6 +578,8 @@ def test_errors_are_reported(monkeypatch: pytest.MonkeyPatch) -> None:
         run(endless, [np.zeros(1, np.float32)], (1, 1, 1))
     with pytest.raises(TypeError, match="float64"):
         run(oob, [np.zeros(4, np.float64)], (4, 1, 1))
+    with pytest.raises(ValueError, match="only kernels"):
+        run(sb.function("f", [], sb.ret(1), Type.value(I32)), [], (1, 1, 1))
     with pytest.raises(ValueError, match="multiple"):
         run(oob, [np.zeros(4, np.float32)], (4, 1, 1), (3, 1, 1))
 
