@@ -360,7 +360,7 @@ class Invoker:
             other = seen.setdefault(id(tensor), name)
             if other != name:
                 raise self._bind_error(
-                    f"outputs '{other}' and '{name}' are bound to one tensor", name
+                    f"outputs '{other}' and '{name}' are bound to the same tensor", name
                 )
         self._check_devices(self._inputs, merged)
         if all(name in self._inputs for name in self.function.inputs):
