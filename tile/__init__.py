@@ -1,7 +1,8 @@
 """Tile: a tensor compiler for the Tile contraction language.
 
-The public API (ARCHITECTURE 9) lives in `tile.api` and is re-exported here with the errors
-of `tile.errors` and `DType`. The front end (`tile.function`, `tile.bind`, ...) needs no
+The public API (ARCHITECTURE 9) lives in `tile.api` (devices, tensors) and `tile.invoke`
+(functions, invokers, invocations, `run`) and is re-exported here with the errors of
+`tile.errors` and `DType`. The front end (`tile.function`, `tile.bind`, ...) needs no
 device; the device layer (`tile.api`, `tile.runtime`, `tile.cache`) talks to the HAL.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 import logging
 
 from semtree.types import DType, TensorShape
-from tile.api import Device, Function, Invocation, Invoker, Tensor, device, devices, run
+from tile.api import Device, Tensor, device, devices
 from tile.errors import (
     BackendCompileError,
     DeviceError,
@@ -24,6 +25,7 @@ from tile.errors import (
     TileTypeError,
     TileUnsupported,
 )
+from tile.invoke import Function, Invocation, Invoker, run
 
 logging.getLogger("tile").addHandler(logging.NullHandler())
 

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 Key = TypeVar("Key")
 Value = TypeVar("Value")
 
-# An input's contribution to a key: ("tensor", dtype, dims) or ("constant", type, value).
+# An input's contribution to a key: ("tensor", dtype.str, dims) or ("constant", type, value).
 SignatureEntry = tuple[str, str, "tuple[int, ...] | int | float | str"]
 
 PROGRAM_CACHE_SIZE = 128
@@ -54,7 +54,7 @@ def source_hash(source: str, floatx: str = "float32") -> str:
 
 
 def tensor_entry(dtype: np.dtype, dims: tuple[int, ...]) -> SignatureEntry:
-    return ("tensor", dtype.name, dims)
+    return ("tensor", dtype.str, dims)  # e.g. "<f4": cheaper to get than the name
 
 
 def constant_entry(value: object) -> SignatureEntry:

@@ -101,13 +101,14 @@ class BufferState:
     """One buffer and the events that order access to it (module docstring). Mutated only
     under the owning device's lock."""
 
-    __slots__ = ("buffer", "last_write", "nbytes", "reads")
+    __slots__ = ("buffer", "last_write", "nbytes", "prune_at", "reads")
 
     def __init__(self, buffer: Buffer, nbytes: int) -> None:
         self.buffer = buffer
         self.nbytes = nbytes  # the bytes in use (the buffer may be larger)
         self.last_write: Event | None = None
         self.reads: list[Event] = []
+        self.prune_at = READS_KEPT  # prune completed readers when there are more than this
 
     def read_deps(self) -> list[Event]:
         """What a reader must wait for: the last writer, unless it finished successfully."""
@@ -130,12 +131,16 @@ class BufferState:
     def note_read(self, event: Event) -> None:
         reads = self.reads
         reads.append(event)
-        if len(reads) > READS_KEPT:
-            self.reads = [read for read in reads if not read.is_complete]
+        if len(reads) > self.prune_at:
+            # Amortised: with many readers still pending, prune again only after as many
+            # more have been added.
+            self.reads = reads = [read for read in reads if not read.is_complete]
+            self.prune_at = max(READS_KEPT, 2 * len(reads))
 
     def note_write(self, event: Event) -> None:
         self.last_write = event
         self.reads = []
+        self.prune_at = READS_KEPT
 
     def __repr__(self) -> str:
         return f"<BufferState {self.nbytes} bytes, {len(self.reads)} readers>"
@@ -313,7 +318,7 @@ class CompiledProgram:
 
     def __post_init__(self) -> None:
         self.output_shapes = {
-            plan.name: (plan.shape.dims, plan.shape.dtype.numpy) for plan in self.schedule.outputs
+            plan.name: (plan.shape.dims, plan.dtype) for plan in self.schedule.outputs
         }
 
 
@@ -373,14 +378,16 @@ def execute(
             slots[slot] = state
         written: dict[int, Event] = {}  # id(state) -> its last write in this run
         after: list[tuple[BufferState, BufferState, np.dtype, OutputPlan]] = []
+        placed: list[BufferState] = []  # output tensors that kernels write directly
         for plan in schedule.outputs:
             bound = outputs.get(plan.name)
             if bound is None:
                 continue
             target, dtype = bound
             if plan.source is OutputSource.KERNEL:
-                if dtype == plan.shape.dtype.numpy:
+                if dtype == plan.dtype:
                     slots[plan.slot] = target
+                    placed.append(target)
                     continue
                 scratch = program.scratch.get(plan.slot)
                 if scratch is None:
@@ -393,7 +400,8 @@ def execute(
             if plan.source is OutputSource.COPY and plan.name in outputs:
                 target, dtype = outputs[plan.name]
                 after.append((slots[plan.slot], target, dtype, plan))
-        _separate_aliases(runtime, schedule, slots, written)
+        if any(state is inputs.get(name) for state in placed for name, _ in schedule.inputs):
+            _separate_aliases(runtime, schedule, slots)
         launches = _launch(program, slots, written, profile)
         for source, target, dtype, plan in after:
             _store(runtime, source, target, dtype, plan, written)
@@ -427,9 +435,7 @@ def _launch(
     return launches
 
 
-def _separate_aliases(
-    runtime: DeviceRuntime, schedule: Schedule, slots: list[BufferState], written: dict[int, Event]
-) -> None:
+def _separate_aliases(runtime: DeviceRuntime, schedule: Schedule, slots: list[BufferState]) -> None:
     """Give kernels a private copy of any input tensor that is also written in this run."""
     inputs = {id(slots[slot]): slot for _, slot in schedule.inputs}
     for step in schedule.steps:
@@ -460,12 +466,12 @@ def _store(
     """Copy an output's value into its tensor after the kernels, converting the dtype on
     store (spec 6.4) on the host when it differs."""
     deps = source.read_deps() + target.write_deps()
-    if dtype == plan.shape.dtype.numpy:
+    if dtype == plan.dtype:
         event = runtime.executor.copy(source.buffer, 0, target.buffer, 0, plan.nbytes, deps)
     else:
 
         def convert() -> None:
-            _convert(source, target, plan.shape.dtype.numpy, dtype, plan.shape.dims)
+            _convert(source, target, plan.dtype, dtype, plan.shape.dims)
 
         event = runtime.host.submit(convert, deps, f"storing output {plan.name} as {dtype}")
     source.note_read(event)

@@ -21,7 +21,7 @@ kernel writing an input, an output of the wrong shape) is a generator bug: `Sche
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING
 
@@ -31,6 +31,8 @@ from tile.program import TensorBinding
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    import numpy as np
 
     from semtree.kernel import KernelList
     from tile.program import BoundProgram
@@ -53,10 +55,12 @@ class OutputPlan:
     source: OutputSource
     slot: int = -1  # KERNEL / COPY: the slot holding the value
     input: str = ""  # INPUT: the input returned
+    dtype: np.dtype = field(init=False, compare=False)  # shape.dtype for numpy, at hand
+    nbytes: int = field(init=False, compare=False)
 
-    @property
-    def nbytes(self) -> int:
-        return self.shape.nbytes
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dtype", self.shape.dtype.numpy)
+        object.__setattr__(self, "nbytes", self.shape.nbytes)
 
 
 @dataclass(frozen=True, slots=True)

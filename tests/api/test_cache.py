@@ -13,8 +13,8 @@ import pytest
 import tile
 from hal.errors import BackendCompileError as HalCompileError
 from hal.errors import UnsupportedOnDevice
-from tile.api import function_for
 from tile.cache import LRUCache, constant_entry
+from tile.invoke import function_for
 
 if TYPE_CHECKING:
     from tests.api.fakes import FakeDevice, FakeGenerator
