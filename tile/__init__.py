@@ -1,18 +1,54 @@
-"""Tile: a tensor compiler for the Tile contraction language."""
+"""Tile: a tensor compiler for the Tile contraction language.
+
+The public API (ARCHITECTURE 9) lives in `tile.api` (devices, tensors) and `tile.invoke`
+(functions, invokers, invocations, `run`) and is re-exported here with the errors of
+`tile.errors` and `DType`. The front end (`tile.function`, `tile.bind`, ...) needs no
+device; the device layer (`tile.api`, `tile.runtime`, `tile.cache`) talks to the HAL.
+"""
 
 from __future__ import annotations
 
+import logging
+
 from semtree.types import DType, TensorShape
-from tile.errors import Diagnostic, TileBindError, TileError, TileSyntaxError, TileTypeError
-from tile.function import Function
+from tile.api import Device, Tensor, device, devices
+from tile.errors import (
+    BackendCompileError,
+    DeviceError,
+    DeviceMismatch,
+    DeviceNotFound,
+    Diagnostic,
+    ExecutionError,
+    TileBindError,
+    TileError,
+    TileSyntaxError,
+    TileTypeError,
+    TileUnsupported,
+)
+from tile.invoke import Function, Invocation, Invoker, run
+
+logging.getLogger("tile").addHandler(logging.NullHandler())
 
 __all__ = [
+    "BackendCompileError",
     "DType",
+    "Device",
+    "DeviceError",
+    "DeviceMismatch",
+    "DeviceNotFound",
     "Diagnostic",
+    "ExecutionError",
     "Function",
+    "Invocation",
+    "Invoker",
+    "Tensor",
     "TensorShape",
     "TileBindError",
     "TileError",
     "TileSyntaxError",
     "TileTypeError",
+    "TileUnsupported",
+    "device",
+    "devices",
+    "run",
 ]

@@ -4,6 +4,11 @@ A `TileError` carries one or more `Diagnostic`s, the first of which gives the er
 `code`, `line`, `column` and `message`; `str()` shows all of them, each with its source line
 and a caret. Front-end passes collect diagnostics in a `DiagnosticSink` so that every
 independent error of a program is reported at once (at least one per statement).
+
+The device layer (ARCHITECTURE 8.10) adds `DeviceError` and its subclasses: failures that
+belong to a device, a compiled program or a run rather than to a place in the source. They
+have a code too (`E-DEVICE`, `E-UNSUPPORTED`, `E-COMPILE`, `E-EXEC`) and line and column 0
+("no position"); HAL failures reach users as these, with the HAL exception chained.
 """
 
 from __future__ import annotations
@@ -132,3 +137,70 @@ class DiagnosticSink:
         if self.errors:
             ordered = sorted(self.errors, key=lambda d: (d.line, d.column))
             raise make_error(ordered)
+
+
+# ---- device layer (ARCHITECTURE 8.10) -------------------------------------------------------
+
+
+class DeviceError(TileError):
+    """Base of the device layer's errors. Built from a plain message (no source position,
+    line and column 0) or, where the failure has one, from diagnostics."""
+
+    default_code = "E-DEVICE"
+
+    def __init__(self, message: str | Diagnostic | Iterable[Diagnostic]) -> None:
+        if isinstance(message, str):
+            message = Diagnostic(self.default_code, message, 0, 0)
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        first = self.diagnostics[0]
+        if len(self.diagnostics) == 1 and first.line == 0:
+            return f"error[{first.code}]: {first.message}"
+        return super().__str__()
+
+
+class TileUnsupported(DeviceError):  # noqa: N818 (the name is part of the public API)
+    """The program needs something this version or this device does not offer (float64
+    without `cl_khr_fp64`, a language feature the generator does not handle yet)."""
+
+    default_code = "E-UNSUPPORTED"
+
+
+class BackendCompileError(DeviceError):
+    """The device compiler rejected the generated code. `kernel`, `source` (the complete
+    generated code) and `log` (the compiler's output) come from the HAL's error."""
+
+    default_code = "E-COMPILE"
+
+    def __init__(self, message: str, *, kernel: str = "", source: str = "", log: str = "") -> None:
+        self.kernel = kernel
+        self.source = source
+        self.log = log
+        super().__init__(message)
+
+
+class DeviceNotFound(DeviceError, LookupError):  # noqa: N818 (the name is part of the public API)
+    """No device has the requested id or prefix; the message lists the available ids."""
+
+    def __init__(self, message: str, available: Iterable[str] = ()) -> None:
+        self.available = tuple(available)
+        super().__init__(message)
+
+
+class DeviceMismatch(DeviceError, ValueError):  # noqa: N818 (the name is part of the public API)
+    """Tensors of one call live on different devices, or not on the device asked for."""
+
+
+class ExecutionError(DeviceError):
+    """A kernel, copy or host transfer failed while running. The HAL failure is chained as
+    `__cause__`; `root_cause` is the first failure of a chain of dependencies."""
+
+    default_code = "E-EXEC"
+
+    @property
+    def root_cause(self) -> BaseException | None:
+        failure = self.__cause__
+        while failure is not None and getattr(failure, "cause", None) is not None:
+            failure = failure.cause  # type: ignore[attr-defined] (hal.DependencyFailed)
+        return failure

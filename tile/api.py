@@ -1,0 +1,248 @@
+"""The public Python API, part 1 (ARCHITECTURE 9): devices and tensors.
+
+Place in the pipeline: this is the device layer's face, with `tile.invoke` (functions,
+invokers, invocations, `run`). `device()` picks a HAL device through the registry; a `Tensor`
+is a buffer on it with a `BufferState` (tile.runtime). Reading a tensor (`mmap_current`,
+`to_numpy`) waits for whatever writes it; writing it waits for its readers too.
+
+Device resolution: the `id` argument, else `TILE_DEVICE`, else `llvm_cpu.0`; an id is exact
+(`opencl.1`) or names a backend (`opencl`, `llvm`, `llvm_cpu`: its first device). Device
+objects are singletons per id. Backends are loaded in registry order and only as far as
+needed, so asking for `llvm_cpu.0` never touches OpenCL.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Union
+
+import numpy as np
+
+from hal import registry
+from hal.errors import DeviceUnavailableError
+from semtree.types import DType
+from tile.cache import tensor_entry
+from tile.errors import DeviceNotFound
+from tile.runtime import DeviceRuntime
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+
+    import hal
+    from semtree.kernel import HardwareSettings
+
+DTypeLike = Union[DType, str, np.dtype, type]  # noqa: UP007 (evaluated at run time on 3.10)
+DeviceLike = Union["Device", str, None]
+InputValue = Union["Tensor", np.ndarray, int, float, bool]
+
+DEFAULT_DEVICE = "llvm_cpu.0"
+
+
+# ---- devices --------------------------------------------------------------------------------
+
+
+class Device:
+    """A device that runs Tile programs; `available=False` marks a backend that failed to
+    load (listed by `devices(include_unavailable=True)`, with the reason as description)."""
+
+    def __init__(
+        self,
+        id: str,
+        description: str,
+        kind: str,
+        settings: HardwareSettings | None,
+        available: bool,
+        hal_device: hal.Device | None = None,
+    ) -> None:
+        self.id = id
+        self.description = description
+        self.kind = kind
+        self.settings = settings
+        self.available = available
+        self._hal = hal_device
+        self._runtime = DeviceRuntime(hal_device) if hal_device is not None else None
+
+    @property
+    def runtime(self) -> DeviceRuntime:
+        """The device layer's state for this device (buffers, program cache)."""
+        if self._runtime is None:
+            raise DeviceNotFound(f"device {self.id!r} is unavailable: {self.description}")
+        return self._runtime
+
+    def clear_cache(self) -> None:
+        """Forget every compiled program of this device (they are rebuilt on next use)."""
+        if self._runtime is not None:
+            self._runtime.programs.clear()
+
+    def __repr__(self) -> str:
+        state = "" if self.available else " (unavailable)"
+        return f"<Device {self.id}{state}: {self.description}>"
+
+
+_lock = threading.Lock()
+_by_id: dict[str, Device] = {}  # the singletons
+_resolved: dict[str, Device] = {}  # requested id or prefix -> device
+
+
+def device_of(hal_device: hal.Device) -> Device:
+    """The `Device` singleton for a HAL device (made on first use)."""
+    with _lock:
+        found = _by_id.get(hal_device.id)
+        if found is None:
+            found = Device(
+                hal_device.id,
+                hal_device.description,
+                hal_device.kind.value,
+                hal_device.settings,
+                True,
+                hal_device,
+            )
+            _by_id[hal_device.id] = found
+        return found
+
+
+def devices(include_unavailable: bool = False) -> list[Device]:
+    """Every device that loaded, `llvm_cpu.0` first; with `include_unavailable`, also one
+    unavailable entry per backend that failed, its reason as the description."""
+    loaded, failures = registry.enumerate()
+    found = [device_of(item) for item in loaded]
+    if include_unavailable:
+        found += [
+            Device(failure.backend, failure.reason, "other", None, False) for failure in failures
+        ]
+    return found
+
+
+def device(id: str | None = None) -> Device:
+    """One device: `id`, else `TILE_DEVICE`, else `llvm_cpu.0` (module docstring). Raises
+    DeviceNotFound, listing the available ids, when nothing matches."""
+    from_environment = id is None and bool(os.environ.get("TILE_DEVICE"))
+    wanted = id if id is not None else os.environ.get("TILE_DEVICE") or DEFAULT_DEVICE
+    found = _resolved.get(wanted)
+    if found is not None:
+        return found
+    found = _find(wanted)
+    if found is None:
+        loaded, failures = registry.enumerate()
+        ids = [item.id for item in loaded]
+        source = " (from TILE_DEVICE)" if from_environment else ""
+        message = f"no device {wanted!r}{source}; available devices: {', '.join(ids) or 'none'}"
+        if failures:
+            message += "; unavailable backends: " + "; ".join(str(item) for item in failures)
+        raise DeviceNotFound(message, ids)
+    with _lock:
+        _resolved[wanted] = found
+    return found
+
+
+def _find(wanted: str) -> Device | None:
+    for backend in registry.backend_names():
+        try:
+            driver = registry.get_driver(backend)
+            loaded = driver.devices()
+        except DeviceUnavailableError:
+            continue
+        for item in loaded:
+            if item.id == wanted:
+                return device_of(item)
+        if loaded and wanted in (backend, driver.id_prefix):
+            return device_of(loaded[0])
+    return None
+
+
+def resolve(value: DeviceLike) -> Device:
+    """A Device from a Device, an id or prefix, or None (the default)."""
+    if isinstance(value, Device):
+        return value
+    if value is None or isinstance(value, str):
+        return device(value)
+    raise TypeError(f"a device is a tile.Device, an id or None, not {type(value).__name__}")
+
+
+# ---- tensors --------------------------------------------------------------------------------
+
+
+# The native numpy dtype of every Tile element type, for a look-up without parsing names.
+_NATIVE = {item.numpy: item.numpy for item in DType}
+
+
+def numpy_dtype(dtype: DTypeLike) -> np.dtype:
+    """The numpy dtype of a Tile element type given in any accepted spelling."""
+    native = _NATIVE.get(dtype) if isinstance(dtype, np.dtype) else None  # type: ignore[call-overload]
+    return native if native is not None else DType.of(dtype).numpy
+
+
+class Tensor:
+    """An n-dimensional array in one device's memory (contents undefined until written)."""
+
+    __slots__ = ("__weakref__", "_entry", "_state", "device", "dtype", "nbytes", "shape")
+
+    def __init__(self, device: DeviceLike, shape: Sequence[int], dtype: DTypeLike = "float32"):
+        self.device = resolve(device)
+        self.shape = tuple(int(size) for size in shape)
+        if any(size < 0 for size in self.shape):
+            raise ValueError(f"a tensor shape cannot have negative sizes: {self.shape}")
+        self.dtype = numpy_dtype(dtype)
+        self.nbytes = math.prod(self.shape) * self.dtype.itemsize
+        self._state = self.device.runtime.allocate(self.nbytes)
+        self._entry = tensor_entry(self.dtype, self.shape)  # its part of a program key
+
+    @classmethod
+    def from_numpy(cls, array: np.ndarray, device: DeviceLike = None) -> Tensor:
+        """A new tensor on `device` holding a copy of `array` (written through mmap_discard)."""
+        values = np.asarray(array)
+        tensor = cls(device, values.shape, values.dtype)
+        with tensor.mmap_discard() as view:
+            view[...] = values
+        return tensor
+
+    def to_numpy(self) -> np.ndarray:
+        """Wait for the last writer and return a copy as a new numpy array."""
+        with self.mmap_current() as view:
+            return view.copy()
+
+    @contextmanager
+    def mmap_current(self, writable: bool = False) -> Iterator[np.ndarray]:
+        """Map the current contents as an array of this tensor's shape and dtype.
+
+        Waits for the last writer (and, if `writable`, for every reader). The array is
+        read-only unless `writable`; it must not be used after the `with` block, when the
+        mapping ends (and, if writable, the contents go back to the device). Kernels that
+        write this tensor (or, if `writable`, read it) wait for the block to end, so do not
+        wait inside it for work that needs them. Raises ExecutionError if the last writer
+        failed.
+        """
+        with self.device.runtime.mapped(self._state, write=writable) as raw:
+            yield raw.view(self.dtype).reshape(self.shape)
+
+    @contextmanager
+    def mmap_discard(self) -> Iterator[np.ndarray]:
+        """Map for overwriting: waits for the last writer and every reader, transfers
+        nothing in and yields a writable array of undefined contents; on exit the contents
+        go to the device (clearing any earlier failure)."""
+        with self.device.runtime.mapped(self._state, write=True, discard=True) as raw:
+            yield raw.view(self.dtype).reshape(self.shape)
+
+    def to(self, device: DeviceLike) -> Tensor:
+        """A copy of this tensor on another device (through host memory)."""
+        return Tensor.from_numpy(self.to_numpy(), device)
+
+    def __array__(self, dtype: object = None, copy: bool | None = None) -> np.ndarray:
+        if copy is False:
+            raise ValueError("a tile.Tensor cannot be viewed without a copy; use mmap_current")
+        values = self.to_numpy()
+        return values if dtype is None else values.astype(dtype, copy=False)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def __repr__(self) -> str:
+        return f"<Tensor {self.dtype.name}{list(self.shape)} on {self.device.id}>"

@@ -1,0 +1,500 @@
+"""The runtime's buffer states, host access and per-device bookkeeping (ARCHITECTURE 5.5, 8.8).
+
+Place in the pipeline: every `tile.Tensor` and every temporary of a compiled program owns a
+HAL buffer and a `BufferState`: the event of its last writer and the events of its readers
+since. All ordering follows one rule (5.5):
+
+- a reader waits for the last writer (read after write);
+- a writer waits for the last writer and for every reader since (write after write, write
+  after read), and then becomes the last writer, clearing the readers.
+
+A writer waits for readers *in order only*: a reader that fails does not make the next
+writer fail, because the reader did not change the buffer. A failed writer does: its
+failure stays in `last_write` and poisons whatever reads or overwrites the buffer later,
+until a `map_discard` (which replaces every byte) clears it.
+
+Host access (`mapped`) follows the same rule, with a host-side marker event standing for the
+mapping from the moment it is requested until the device's view is consistent again, so a
+kernel launched while the host holds a mapping waits for it. State updates for one device
+happen under its `DeviceRuntime.lock`; waiting never happens under it.
+
+HAL failures reach the caller as `tile.ExecutionError` (run time) or `BackendCompileError` /
+`TileUnsupported` (build time), with the HAL exception chained.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from queue import SimpleQueue
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from hal.errors import BackendCompileError as HalCompileError
+from hal.errors import DependencyFailed, HalError, UnsupportedOnDevice
+from hal.errors import ExecutionError as HalExecutionError
+from hal.events import SettableEvent, dependency_failure, wait_all
+from tile.cache import PROGRAM_CACHE_SIZE, LRUCache
+from tile.errors import BackendCompileError, ExecutionError, TileUnsupported
+from tile.schedule import OutputSource, make_schedule
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Mapping, Sequence
+
+    from hal.interfaces import Buffer, Device, Event, Kernel, Library
+    from semtree.kernel import KernelList
+    from tile.cache import ProgramKey
+    from tile.program import BoundProgram
+    from tile.schedule import OutputPlan, Schedule
+
+# Readers kept per buffer before completed ones are dropped (5.5).
+READS_KEPT = 16
+
+
+# ---- errors ---------------------------------------------------------------------------------
+
+
+def execution_error(error: BaseException, operation: str) -> ExecutionError:
+    """The `tile.ExecutionError` for a failure seen while waiting for `operation`; the
+    message names the first failure of a dependency chain, the HAL error is chained."""
+    root = error
+    while isinstance(root, DependencyFailed):
+        root = root.cause
+    if isinstance(root, ExecutionError):
+        detail = root.message
+    else:
+        detail = f"{type(root).__name__}: {root}" if str(root) else type(root).__name__
+    translated = ExecutionError(f"{operation} failed: {detail}")
+    translated.__cause__ = error
+    return translated
+
+
+def build_error(error: HalError, program: str) -> BackendCompileError | TileUnsupported:
+    """The user-facing error for a HAL failure while building `program` for a device."""
+    if isinstance(error, UnsupportedOnDevice):
+        translated: BackendCompileError | TileUnsupported = TileUnsupported(f"{program}: {error}")
+    elif isinstance(error, HalCompileError):
+        translated = BackendCompileError(
+            f"{program}: {error}", kernel=error.kernel, source=error.source, log=error.log
+        )
+    else:
+        translated = BackendCompileError(f"{program}: {type(error).__name__}: {error}")
+    translated.__cause__ = error
+    return translated
+
+
+# ---- buffer states --------------------------------------------------------------------------
+
+
+def order_only(event: Event) -> Event:
+    """An event that completes, always successfully, when `event` completes: a dependency
+    that orders without inheriting a failure."""
+    marker = SettableEvent("after a reader")
+    event.add_done_callback(lambda _: marker.set_result())
+    return marker
+
+
+class BufferState:
+    """One buffer and the events that order access to it (module docstring). Mutated only
+    under the owning device's lock."""
+
+    __slots__ = ("buffer", "last_write", "nbytes", "prune_at", "reads")
+
+    def __init__(self, buffer: Buffer, nbytes: int) -> None:
+        self.buffer = buffer
+        self.nbytes = nbytes  # the bytes in use (the buffer may be larger)
+        self.last_write: Event | None = None
+        self.reads: list[Event] = []
+        self.prune_at = READS_KEPT  # prune completed readers when there are more than this
+
+    def read_deps(self) -> list[Event]:
+        """What a reader must wait for: the last writer, unless it finished successfully."""
+        last = self.last_write
+        if last is None:
+            return []
+        if last.is_complete and last.exception() is None:
+            self.last_write = None
+            return []
+        return [last]
+
+    def write_deps(self) -> list[Event]:
+        """What a writer must wait for: the last writer, and (in order only) pending readers."""
+        deps = self.read_deps()
+        for read in self.reads:
+            if not read.is_complete:
+                deps.append(order_only(read))
+        return deps
+
+    def note_read(self, event: Event) -> None:
+        reads = self.reads
+        reads.append(event)
+        if len(reads) > self.prune_at:
+            # Amortised: with many readers still pending, prune again only after as many
+            # more have been added.
+            self.reads = reads = [read for read in reads if not read.is_complete]
+            self.prune_at = max(READS_KEPT, 2 * len(reads))
+
+    def note_write(self, event: Event) -> None:
+        self.last_write = event
+        self.reads = []
+        self.prune_at = READS_KEPT
+
+    def __repr__(self) -> str:
+        return f"<BufferState {self.nbytes} bytes, {len(self.reads)} readers>"
+
+
+# ---- host jobs ------------------------------------------------------------------------------
+
+
+class HostQueue:
+    """Host-side work ordered by events (dtype conversion of outputs): one daemon thread per
+    device, started on first use; each job waits for its dependencies first."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._jobs: SimpleQueue[tuple[Callable[[], None], tuple[Event, ...], SettableEvent]] = (
+            SimpleQueue()
+        )
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, action: Callable[[], None], deps: Sequence[Event], label: str) -> Event:
+        event = SettableEvent(label)
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._serve, name=f"{self.name} host jobs", daemon=True
+                )
+                self._thread.start()
+        self._jobs.put((action, tuple(deps), event))
+        return event
+
+    def _serve(self) -> None:
+        while True:
+            action, deps, event = self._jobs.get()
+            failure: BaseException | None = dependency_failure(deps, event.label)
+            if failure is None:
+                try:
+                    action()
+                except BaseException as error:
+                    failure = HalExecutionError(f"{event.label} failed: {error!r}")
+                    failure.__cause__ = error
+            del action, deps
+            if failure is None:
+                event.set_result()
+            else:
+                event.set_exception(failure)
+
+
+# ---- one device -----------------------------------------------------------------------------
+
+
+class DeviceRuntime:
+    """What the device layer keeps per HAL device: the lock that guards buffer states, the
+    program cache and the host-job queue."""
+
+    def __init__(self, device: Device) -> None:
+        self.device = device
+        self.executor = device.executor
+        self.lock = threading.Lock()
+        self.programs: LRUCache[ProgramKey, CompiledProgram] = LRUCache(PROGRAM_CACHE_SIZE)
+        self.host = HostQueue(device.id)
+        self._fingerprint: str | None = None
+
+    @property
+    def fingerprint(self) -> str:
+        """The device settings' fingerprint, part of every program key (computed once)."""
+        if self._fingerprint is None:
+            self._fingerprint = self.device.settings.fingerprint()
+        return self._fingerprint
+
+    def allocate(self, nbytes: int) -> BufferState:
+        """A new buffer of `nbytes` bytes (contents undefined) with an empty state."""
+        try:
+            buffer = self.executor.allocate(nbytes)
+        except HalError as error:
+            raise execution_error(
+                error, f"allocating {nbytes} bytes on {self.device.id}"
+            ) from error
+        return BufferState(buffer, nbytes)
+
+    @contextmanager
+    def mapped(
+        self, state: BufferState, *, write: bool, discard: bool = False
+    ) -> Iterator[np.ndarray]:
+        """Map `state`'s bytes for the host as a 1-D uint8 array, ordered by 5.5.
+
+        Reading waits for the last writer; writing also waits for the readers and becomes the
+        last writer. `discard` maps for overwriting: it waits the same way but ignores a failed
+        writer (nothing of the old contents survives) and transfers nothing in. The view is
+        read-only unless `write`.
+        """
+        marker = SettableEvent("host write" if write else "host read")
+        with self.lock:
+            if write:
+                deps = state.write_deps()
+                state.note_write(marker)
+            else:
+                deps = state.read_deps()
+                state.note_read(marker)
+        buffer = state.buffer
+        try:
+            if discard:
+                dependency_failure(deps, "overwriting a tensor")  # a failure is overwritten
+                raw = buffer.map_discard()
+            else:
+                raw = buffer.map_current(deps, writable=write)
+        except BaseException as error:
+            if write:
+                marker.set_exception(error)  # keeps the buffer poisoned
+            else:
+                marker.set_result()
+            if isinstance(error, Exception):
+                raise execution_error(error, "mapping a tensor") from error
+            raise
+        view = raw[: state.nbytes]
+        if not write:
+            view.flags.writeable = False
+        try:
+            yield view
+        finally:
+            del view, raw
+            _complete_after_unmap(buffer, marker)
+
+
+def _complete_after_unmap(buffer: Buffer, marker: SettableEvent) -> None:
+    try:
+        unmapped = buffer.unmap()
+    except BaseException as error:
+        marker.set_exception(error)
+        raise
+
+    def finish(event: Event) -> None:
+        failure = event.exception()
+        if failure is None:
+            marker.set_result()
+        else:
+            marker.set_exception(failure)
+
+    unmapped.add_done_callback(finish)
+
+
+def wait_events(events: Sequence[Event], timeout: float | None, operation: str) -> None:
+    """Wait for every event (one deadline), then raise the first failure as ExecutionError.
+    A timeout raises TimeoutError."""
+    try:
+        wait_all(events, timeout)
+    except Exception as error:
+        # wait_all raises TimeoutError both for a timeout and for an event that failed with
+        # one; only a pending event means the former.
+        if isinstance(error, TimeoutError) and not all(event.is_complete for event in events):
+            raise
+        raise execution_error(error, operation) from error
+
+
+# ---- compiled programs ----------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class CompiledProgram:
+    """One program-cache entry: the kernels of one signature on one device, ready to launch."""
+
+    key: ProgramKey
+    kernel_list: KernelList
+    library: Library
+    kernels: list[Kernel]  # prepared, index-aligned with kernel_list.kernels
+    schedule: Schedule
+    compile_seconds: float
+    # Buffers the program owns, allocated on the first run and reused by every run (their
+    # states order overlapping runs, 8.8): temporaries, then scratch buffers by slot for
+    # outputs bound to tensors of another dtype.
+    temporaries: list[BufferState] | None = None
+    scratch: dict[int, BufferState] = field(default_factory=dict)
+    # Every output's dims and numpy dtype, by user-visible name (what get_output_shape says).
+    output_shapes: dict[str, tuple[tuple[int, ...], np.dtype]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.output_shapes = {
+            plan.name: (plan.shape.dims, plan.dtype) for plan in self.schedule.outputs
+        }
+
+
+@dataclass(slots=True)
+class RunRecord:
+    """What one run scheduled: its terminal events and every launch, in order."""
+
+    events: list[Event]  # the last write of every buffer the run wrote
+    launches: list[tuple[str, Event]]  # (kernel name, event)
+
+
+def compile_program(
+    runtime: DeviceRuntime, key: ProgramKey, bound: BoundProgram, label: str
+) -> CompiledProgram:
+    """Generate the kernels of `bound` for the runtime's device, build and prepare them."""
+    from tile.generate import generate_program
+
+    start = time.perf_counter()
+    device = runtime.device
+    kernel_list = generate_program(bound, device.settings)
+    schedule = make_schedule(bound, kernel_list)
+    try:
+        library = device.compiler.build(kernel_list, device)
+        kernels = [
+            device.executor.prepare(library, index) for index in range(len(kernel_list.kernels))
+        ]
+    except HalError as error:
+        raise build_error(error, f"{label} on {device.id}") from error
+    seconds = time.perf_counter() - start
+    return CompiledProgram(key, kernel_list, library, kernels, schedule, seconds)
+
+
+def execute(
+    runtime: DeviceRuntime,
+    program: CompiledProgram,
+    inputs: Mapping[str, BufferState],
+    outputs: Mapping[str, tuple[BufferState, np.dtype]],
+    *,
+    profile: bool = False,
+) -> RunRecord:
+    """Schedule one run of `program` without waiting for anything.
+
+    `inputs` gives the state of every input tensor by name; `outputs` the state and dtype of
+    every output tensor (an `INPUT` output left out is simply not copied anywhere). Launch
+    dependencies follow 5.5 slot by slot; an output of another dtype is written to a scratch
+    buffer and converted on store; an output tensor that is also an input kernels read is
+    first copied, so no kernel reads what it overwrites.
+    """
+    schedule = program.schedule
+    with runtime.lock:
+        slots: list[BufferState] = [None] * len(schedule.slot_names)  # type: ignore[list-item]
+        for name, slot in schedule.inputs:
+            slots[slot] = inputs[name]
+        if program.temporaries is None:
+            program.temporaries = [runtime.allocate(nbytes) for _, nbytes in schedule.temporaries]
+        for (slot, _), state in zip(schedule.temporaries, program.temporaries, strict=True):
+            slots[slot] = state
+        written: dict[int, Event] = {}  # id(state) -> its last write in this run
+        after: list[tuple[BufferState, BufferState, np.dtype, OutputPlan]] = []
+        placed: list[BufferState] = []  # output tensors that kernels write directly
+        for plan in schedule.outputs:
+            bound = outputs.get(plan.name)
+            if bound is None:
+                continue
+            target, dtype = bound
+            if plan.source is OutputSource.KERNEL:
+                if dtype == plan.dtype:
+                    slots[plan.slot] = target
+                    placed.append(target)
+                    continue
+                scratch = program.scratch.get(plan.slot)
+                if scratch is None:
+                    scratch = program.scratch[plan.slot] = runtime.allocate(plan.nbytes)
+                slots[plan.slot] = scratch
+                after.append((scratch, target, dtype, plan))
+            elif plan.source is OutputSource.INPUT and inputs[plan.input] is not target:
+                after.append((inputs[plan.input], target, dtype, plan))
+        for plan in schedule.outputs:  # copied from slots, which are all filled now
+            if plan.source is OutputSource.COPY and plan.name in outputs:
+                target, dtype = outputs[plan.name]
+                after.append((slots[plan.slot], target, dtype, plan))
+        if any(state is inputs.get(name) for state in placed for name, _ in schedule.inputs):
+            _separate_aliases(runtime, schedule, slots)
+        launches = _launch(program, slots, written, profile)
+        for source, target, dtype, plan in after:
+            _store(runtime, source, target, dtype, plan, written)
+        runtime.executor.flush()
+    return RunRecord(list({id(event): event for event in written.values()}.values()), launches)
+
+
+def _launch(
+    program: CompiledProgram, slots: list[BufferState], written: dict[int, Event], profile: bool
+) -> list[tuple[str, Event]]:
+    launches = []
+    kernels = program.kernels
+    for step in program.schedule.steps:
+        deps: list[Event] = []
+        for slot in step.reads:
+            deps += slots[slot].read_deps()
+        for slot in step.writes:
+            deps += slots[slot].write_deps()
+        kernel = kernels[step.kernel_index]
+        try:
+            event = kernel.run([slots[slot].buffer for slot in step.params], deps, profile=profile)
+        except Exception as error:
+            raise execution_error(error, f"launching {kernel.info.name}") from error
+        for slot in step.reads:
+            slots[slot].note_read(event)
+        for slot in step.writes:
+            state = slots[slot]
+            state.note_write(event)
+            written[id(state)] = event
+        launches.append((kernel.info.name, event))
+    return launches
+
+
+def _separate_aliases(runtime: DeviceRuntime, schedule: Schedule, slots: list[BufferState]) -> None:
+    """Give kernels a private copy of any input tensor that is also written in this run."""
+    inputs = {id(slots[slot]): slot for _, slot in schedule.inputs}
+    for step in schedule.steps:
+        for slot in step.writes:
+            state = slots[slot]
+            if id(state) not in inputs:
+                continue
+            copy = runtime.allocate(state.nbytes)
+            event = runtime.executor.copy(
+                state.buffer, 0, copy.buffer, 0, state.nbytes, state.read_deps()
+            )
+            state.note_read(event)
+            copy.note_write(event)
+            for _, input_slot in schedule.inputs:
+                if slots[input_slot] is state:
+                    slots[input_slot] = copy
+            del inputs[id(state)]
+
+
+def _store(
+    runtime: DeviceRuntime,
+    source: BufferState,
+    target: BufferState,
+    dtype: np.dtype,
+    plan: OutputPlan,
+    written: dict[int, Event],
+) -> None:
+    """Copy an output's value into its tensor after the kernels, converting the dtype on
+    store (spec 6.4) on the host when it differs."""
+    deps = source.read_deps() + target.write_deps()
+    if dtype == plan.dtype:
+        event = runtime.executor.copy(source.buffer, 0, target.buffer, 0, plan.nbytes, deps)
+    else:
+
+        def convert() -> None:
+            _convert(source, target, plan.dtype, dtype, plan.shape.dims)
+
+        event = runtime.host.submit(convert, deps, f"storing output {plan.name} as {dtype}")
+    source.note_read(event)
+    target.note_write(event)
+    written[id(target)] = event
+
+
+def _convert(
+    source: BufferState,
+    target: BufferState,
+    source_dtype: np.dtype,
+    dtype: np.dtype,
+    dims: tuple[int, ...],
+) -> None:
+    # Runs on the host queue once both buffers are free: map, convert (spec 5.4), unmap.
+    raw = source.buffer.map_current()
+    try:
+        out = target.buffer.map_discard()
+        try:
+            values = raw[: source.nbytes].view(source_dtype).reshape(dims)
+            with np.errstate(all="ignore"):  # out-of-range float -> int is defined loosely
+                np.copyto(out[: target.nbytes].view(dtype).reshape(dims), values, casting="unsafe")
+        finally:
+            target.buffer.unmap().wait()
+    finally:
+        source.buffer.unmap().wait()
