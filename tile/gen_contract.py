@@ -31,6 +31,7 @@ from semtree import builder as sb
 from semtree.nodes import (
     Binary,
     BinOp,
+    Block,
     Builtin,
     Call,
     Cast,
@@ -173,7 +174,7 @@ class _GroupKernel:
         body += [sb.if_(condition, statements)] if condition is not None else statements
         loop: Stmt = sb.block(body)
         for counter, count in counters:
-            loop = For(counter, count, 1, sb.block(loop))
+            loop = For(counter, count, 1, loop if isinstance(loop, Block) else sb.block(loop))
         return loop
 
     # ---- contraction phase ---------------------------------------------------------------------

@@ -14,7 +14,7 @@ Current policy, deliberately simple (correctness first):
   serves several outputs (PERFORMANCE.md 2.1);
 * a kernel without reductions (elementwise, or a contraction that is a pure permutation)
   processes a strip of `4 * vec_size` contiguous elements per work-group, to amortise the
-  per-group overhead.
+  per-group overhead (one element on a device without SIMD, `vec_size` 1).
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ def choose_tiles(
     if not shape:
         return ()
     if reduction_points <= 1:
-        tiles[-1] = min(shape[-1], 4 * settings.vec_size)
+        if settings.vec_size > 1:
+            tiles[-1] = min(shape[-1], 4 * settings.vec_size)
         return tuple(tiles)
     columns = min(shape[-1], settings.vec_size)
     tiles[-1] = columns

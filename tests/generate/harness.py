@@ -9,6 +9,7 @@ pattern somewhere is run again with a second pattern, which must give the same v
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -107,3 +108,9 @@ def run_program(
     kernel_list = generate_program(bound, settings)
     tensors = {name: inputs[name] for name in kernel_list.inputs}
     return run_kernel_list(kernel_list, tensors)  # type: ignore[arg-type]
+
+
+def tiled(vec_size: int) -> HardwareSettings:
+    """The `llvm_cpu` preset of a host whose vectors have `vec_size` floats, with a matching
+    register budget: small tiles that still have partial tiles at the edges of most shapes."""
+    return replace(LLVM_CPU, vec_size=vec_size, max_regs=16 * vec_size)
