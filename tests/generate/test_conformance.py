@@ -28,15 +28,29 @@ if TYPE_CHECKING:
     from semtree.kernel import HardwareSettings
 
 SLOW_TILED = frozenset(
-    """
-    avgpool2d_same_excludes_padding codegen_conv2d_bias_relu conv1d_stride2_same
-    conv1d_transpose_stride2 conv1d_valid_nwc conv2d_dilated_same conv2d_explicit_pads_oihw
-    conv2d_nchw_keras_channels_first conv2d_same_stride2 conv2d_transpose_same_stride2
-    conv2d_transpose_valid_stride1 conv2d_valid_nhwc conv3d_valid_ndhwc
-    conv_bias_relu_maxpool_block cumsum_2d_axis1 lang_test_fractional_index_subdivision
-    lang_test_matmul_leaky_clip maxpool2d_same_stride2 mlp_two_dense_softmax tile_keras_2d
-    tutorial_dilated_conv2d
-    """.split()
+    [
+        "avgpool2d_same_excludes_padding",
+        "codegen_conv2d_bias_relu",
+        "conv1d_stride2_same",
+        "conv1d_transpose_stride2",
+        "conv1d_valid_nwc",
+        "conv2d_dilated_same",
+        "conv2d_explicit_pads_oihw",
+        "conv2d_nchw_keras_channels_first",
+        "conv2d_same_stride2",
+        "conv2d_transpose_same_stride2",
+        "conv2d_transpose_valid_stride1",
+        "conv2d_valid_nhwc",
+        "conv3d_valid_ndhwc",
+        "conv_bias_relu_maxpool_block",
+        "cumsum_2d_axis1",
+        "lang_test_fractional_index_subdivision",
+        "lang_test_matmul_leaky_clip",
+        "maxpool2d_same_stride2",
+        "mlp_two_dense_softmax",
+        "tile_keras_2d",
+        "tutorial_dilated_conv2d",
+    ]
 )
 
 
