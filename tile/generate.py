@@ -23,7 +23,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from semtree.kernel import Direction, KernelInfo, KernelKind, KernelList, KernelParam
-from semtree.nodes import c_identifier
+from semtree.nodes import Declare, For, Lookup, Node, c_identifier, rewrite, walk
 from tile.flatten import flatten
 from tile.fuse import PlanKind, plan_program
 from tile.gen_contract import accumulator_dtype, generate_group
@@ -168,10 +168,32 @@ def _params(generated: GeneratedBody, context: ProgramContext) -> tuple[KernelPa
 
 
 def _shared_body(body: Function, bodies: dict[str, Function]) -> tuple[Function, str]:
-    """The body to launch and its structural key: an identical earlier body is reused."""
-    text = str(replace(body, name="kernel"))
+    """The body to launch and its structural key: an earlier body that differs only in the
+    names of its locals (which follow the tensors' names) is reused."""
+    text = str(_canonical(replace(body, name="kernel")))
     key = hashlib.sha256(text.encode()).hexdigest()[:16]
     return bodies.setdefault(key, body), key
+
+
+def _canonical(body: Function) -> Node:
+    """`body` with its local names replaced by `l0, l1, ...` in order of declaration."""
+    names: dict[str, str] = {}
+    for node in walk(body):
+        match node:
+            case Declare(name=name) | For(var=name):
+                names.setdefault(name, f"l{len(names)}")
+
+    def rename(node: Node) -> Node | None:
+        match node:
+            case Lookup(name=name) if name in names:
+                return replace(node, name=names[name])
+            case Declare(name=name):
+                return replace(node, name=names[name])
+            case For(var=name):
+                return replace(node, var=names[name])
+        return None
+
+    return rewrite(body, rename)
 
 
 def _comments(plan: KernelPlan, flat: FlatContraction | None) -> str:
