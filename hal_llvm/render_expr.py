@@ -1,0 +1,662 @@
+"""Semtree expressions and lvalues in LLVM IR: the expression half of the LLVM renderer.
+
+Place in the pipeline: `render.py` walks a kernel's statements and hands every expression,
+load and store to `ExpressionEmitter`, which emits it at the builder's position. Types and
+the conversions between them follow `semtree.typing` to the letter (ARCHITECTURE 4.4), so
+the kernel computes what `tests/reference.py` computes:
+
+- every operation converts its operands to `operand_type(...)` first (weak literals become
+  constants of that type directly) and produces `result_type(...)`;
+- integer arithmetic wraps; division and remainder guard the divisor (`x / 0 == 0`,
+  `MIN / -1 == MIN`, `x % 0 == 0`), since x86 traps on both; shift counts are masked to the
+  lane width (32 for INDEX, which is `i64` here);
+- float to integer saturates (`llvm.fptosi.sat` / `fptoui.sat`), anything to bool is
+  `!= 0` (a NaN is true), float64 to float16 rounds once (through float32 rounded to odd:
+  LLVM's direct conversion calls a runtime function the JIT cannot resolve);
+- `Select` is a `select`; `Cond` evaluates only the chosen branch, unless neither branch
+  reads memory through a subscript, where evaluating both cannot fault and a `select` is
+  faster;
+- buffer elements are read and written in their memory form (booleans as bytes, float16
+  as `half` extended to float32 when the device has no native fp16).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from llvmlite import ir
+
+from hal_llvm.render_math import Declarations, emit_builtin
+from hal_llvm.render_types import (
+    DOUBLE,
+    FLOAT,
+    HALF,
+    I1,
+    I8,
+    I32,
+    I64,
+    INDEX,
+    Typed,
+    bit_width,
+    constant,
+    exact_number,
+    intrinsic_suffix,
+    is_signed,
+    memory_type,
+    register_type,
+    same_register,
+    splat_constant,
+)
+from semtree.nodes import (
+    Binary,
+    BinOp,
+    Call,
+    Cast,
+    Clamp,
+    Cond,
+    Expr,
+    FloatConst,
+    IdKind,
+    IndexExpr,
+    IntConst,
+    Limit,
+    LimitConst,
+    Load,
+    Lookup,
+    LValue,
+    Select,
+    Subscript,
+    Unary,
+    UnOp,
+    UnsupportedNode,
+    walk,
+)
+from semtree.types import DType, Type
+from semtree.typing import is_literal, literal_type, operand_type, result_type, type_of, value_type
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from semtree.kernel import HardwareSettings
+
+
+@dataclass(frozen=True, slots=True)
+class Variable:
+    """A name in scope: its declared type and where its value lives."""
+
+    type: Type
+    storage: ir.Value | None = None  # an alloca: declarations, loop counters, assigned params
+    value: ir.Value | None = None  # an SSA value: a parameter that is never assigned
+    alignment: int = 0  # for `value` pointers: the known alignment of what they point to
+
+
+@dataclass(frozen=True, slots=True)
+class Address:
+    """Where an lvalue lives: `pointer` to an element of semtree type `type`."""
+
+    pointer: ir.Value
+    type: Type
+    in_memory: bool  # a buffer element, stored in its memory form (bytes for booleans)
+    alignment: int | None = None
+
+
+class TypeView(Mapping[str, Type]):
+    """The declared type of every name in scope, as `semtree.typing` wants it."""
+
+    def __init__(self, scope: Mapping[str, Variable]) -> None:
+        self.scope = scope
+
+    def __getitem__(self, name: str) -> Type:
+        return self.scope[name].type
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.scope)
+
+    def __len__(self) -> int:
+        return len(self.scope)
+
+
+_SIGNED_DIVISION = {BinOp.DIV: "sdiv", BinOp.MOD: "srem"}
+_UNSIGNED_DIVISION = {BinOp.DIV: "udiv", BinOp.MOD: "urem"}
+
+
+class ExpressionEmitter:
+    """Emits expressions of one kernel at `self.builder`; `render.KernelEmitter` adds the
+    statements and owns the function."""
+
+    def __init__(
+        self,
+        builder: ir.IRBuilder,
+        entry_builder: ir.IRBuilder,
+        declarations: Declarations,
+        settings: HardwareSettings,
+    ) -> None:
+        self.builder = builder
+        self.entry_builder = entry_builder  # at the end of the entry block: allocas go there
+        self.declarations = declarations
+        self.native_fp16 = settings.native_fp16
+        # `contract` lets instruction selection fuse multiply-adds beyond MAD (ARCHITECTURE
+        # 4.6); a device that disables MAD gets no fusion at all.
+        if settings.fast_math:
+            self.float_flags: tuple[str, ...] = ("fast",)
+        else:
+            self.float_flags = () if settings.disable_mad else ("contract",)
+        self.scope: dict[str, Variable] = {}
+        self.ids: tuple[ir.Value, ...] = ()
+
+    # ---- helpers -------------------------------------------------------------------------------
+
+    @property
+    def types(self) -> TypeView:
+        return TypeView(self.scope)
+
+    def variable(self, name: str) -> Variable:
+        variable = self.scope.get(name)
+        if variable is None:
+            raise UnsupportedNode(Lookup(name), f"{name!r} is not declared")
+        return variable
+
+    def alloca(self, type_: ir.Type, name: str) -> ir.Value:
+        """A stack slot in the entry block, where SROA/mem2reg turn it into registers."""
+        return self.entry_builder.alloca(type_, name=name)
+
+    def value_type(self, type_: Type) -> Type:
+        return type_ if type_.base_is_pointer else value_type(type_, self.native_fp16)
+
+    def splat(self, value: ir.Value, width: int) -> ir.Value:
+        """A scalar broadcast to `width` lanes."""
+        if width == 1:
+            return value
+        vector = ir.VectorType(value.type, width)
+        if isinstance(value, ir.Constant):
+            return ir.Constant(vector, [value] * width)
+        undefined = ir.Constant(vector, ir.Undefined)
+        first = self.builder.insert_element(undefined, value, ir.Constant(I32, 0))
+        mask = ir.Constant(ir.VectorType(I32, width), [0] * width)
+        return self.builder.shuffle_vector(first, undefined, mask)
+
+    def _lanes(self, element: ir.Type, like: ir.Type) -> ir.Type:
+        """`element`, as a vector with as many lanes as `like` has."""
+        if isinstance(like, ir.VectorType):
+            return ir.VectorType(element, like.count)
+        return element
+
+    # ---- conversions ---------------------------------------------------------------------------
+
+    def convert(self, value: ir.Value, source: Type, target: Type) -> ir.Value:
+        """Rule 8: `value` of register type `source` as `target`, where FLOAT16 means `half`
+        (so a caller converts to an emulated f16 by converting to it, then to FLOAT32)."""
+        if target.base_is_pointer or same_register(source, target):
+            return value
+        if source.vec_width != target.vec_width:
+            return self.splat(self.convert(value, source, target.scalar()), target.vec_width)
+        builder = self.builder
+        result = register_type(target)
+        if target.is_bool:
+            if source.is_float:
+                return builder.fcmp_unordered("!=", value, splat_constant(value.type, 0.0))
+            return builder.icmp_unsigned("!=", value, splat_constant(value.type, 0))
+        if source.is_bool:
+            if target.is_float:
+                single = builder.uitofp(value, self._lanes(FLOAT, value.type))
+                return self.convert(single, source.with_dtype(DType.FLOAT32), target)
+            return builder.zext(value, result)
+        if source.is_float and target.is_float:
+            return self._float_to_float(value, source, target)
+        if source.is_float:
+            if source.dtype is DType.FLOAT16:
+                value = builder.fpext(value, self._lanes(FLOAT, value.type))
+            name = "llvm.fptosi.sat" if is_signed(target) else "llvm.fptoui.sat"
+            function = self.declarations.function(
+                f"{name}.{intrinsic_suffix(result)}.{intrinsic_suffix(value.type)}",
+                result,
+                [value.type],
+            )
+            return builder.call(function, [value])
+        if target.is_float:
+            to_float = builder.sitofp if is_signed(source) else builder.uitofp
+            if target.dtype is DType.FLOAT16:
+                # Through float32: exact up to 2^24, and every integer that float32 rounds
+                # is far beyond half's range, so the result rounds once either way.
+                return builder.fptrunc(to_float(value, self._lanes(FLOAT, value.type)), result)
+            return to_float(value, result)
+        source_bits, target_bits = bit_width(source), bit_width(target)
+        if target_bits < source_bits:
+            return builder.trunc(value, result)
+        if target_bits > source_bits:
+            return (builder.sext if is_signed(source) else builder.zext)(value, result)
+        return value
+
+    def _float_to_float(self, value: ir.Value, source: Type, target: Type) -> ir.Value:
+        builder = self.builder
+        source_dtype, target_dtype = source.dtype, target.dtype
+        if source_dtype is DType.FLOAT16:
+            value = builder.fpext(value, self._lanes(FLOAT, value.type))
+            source_dtype = DType.FLOAT32
+        if source_dtype is target_dtype:
+            return value
+        if target_dtype is DType.FLOAT64:
+            return builder.fpext(value, self._lanes(DOUBLE, value.type))
+        if target_dtype is DType.FLOAT32:
+            return builder.fptrunc(value, self._lanes(FLOAT, value.type))
+        if source_dtype is DType.FLOAT64:
+            value = self._round_to_odd_single(value)
+        return builder.fptrunc(value, self._lanes(HALF, value.type))
+
+    def _round_to_odd_single(self, value: ir.Value) -> ir.Value:
+        """float64 -> float32 rounded to odd (truncate, then set the last bit if inexact):
+        rounding that on to half is then the correctly rounded float64 -> half."""
+        builder = self.builder
+        single = builder.fptrunc(value, self._lanes(FLOAT, value.type))
+        back = builder.fpext(single, value.type)
+        fabs = self.declarations.overloaded("llvm.fabs", value.type)
+        away = builder.fcmp_ordered(
+            ">", builder.call(fabs, [back]), builder.call(fabs, [value])
+        )  # rounded away from zero: step the magnitude back by one unit in the last place
+        bits = builder.bitcast(single, self._lanes(I32, value.type))
+        one = splat_constant(bits.type, 1)
+        bits = builder.select(away, builder.sub(bits, one), bits)
+        inexact = builder.fcmp_ordered("!=", back, value)
+        bits = builder.select(inexact, builder.or_(bits, one), bits)
+        return builder.bitcast(bits, single.type)
+
+    def truth(self, typed: Typed, width: int = 1) -> ir.Value:
+        """`x != 0` as `i1` lanes, broadcast to `width`."""
+        return self.convert(typed.value, typed.type, Type.boolean(max(width, typed.type.vec_width)))
+
+    def literal(self, expr: IntConst | FloatConst, context: Type) -> ir.Value:
+        """A weak literal used where a value of `context` is expected (rule 4)."""
+        own = literal_type(expr, context)
+        if same_register(own, context.scalar()):
+            return constant(context, expr.value)
+        return self.convert(constant(own, expr.value), own, context)
+
+    def coerce(
+        self, children: Sequence[Expr], typed: Sequence[Typed], common: Type
+    ) -> list[ir.Value]:
+        """Operands converted to their common type (a literal directly, being weak)."""
+        values = []
+        for child, item in zip(children, typed, strict=True):
+            if is_literal(child):
+                values.append(self.literal(child, common))  # type: ignore[arg-type]
+            else:
+                values.append(self.convert(item.value, item.type, common))
+        return values
+
+    def prepared(self, expr: Expr, target: Type) -> ir.Value:
+        """`expr` as a value of `target` for a store or an initialiser (rule 4: a literal
+        takes the target's type)."""
+        if target.base_is_pointer:
+            return self.expression(expr).value
+        if is_literal(expr):
+            return self.literal(expr, target)  # type: ignore[arg-type]
+        typed = self.expression(expr)
+        return self.convert(typed.value, typed.type, target)
+
+    # ---- memory --------------------------------------------------------------------------------
+
+    def lvalue_type(self, ref: LValue) -> Type:
+        match ref:
+            case Lookup(name):
+                return self.variable(name).type
+            case Subscript(base, _):
+                return self.lvalue_type(base).element()
+            case _:
+                raise UnsupportedNode(ref)
+
+    def index(self, offset: Expr) -> ir.Value:
+        """A subscript as an `i64` element count."""
+        if isinstance(offset, IntConst):
+            return ir.Constant(I64, exact_number(offset.value, INDEX))
+        typed = self.expression(offset)
+        return self.convert(typed.value, typed.type, INDEX)
+
+    def address(self, ref: LValue) -> Address:
+        match ref:
+            case Lookup(name):
+                variable = self.variable(name)
+                if variable.storage is None:
+                    raise UnsupportedNode(ref, f"{name!r} has no storage")
+                return Address(variable.storage, variable.type, in_memory=False)
+            case Subscript(base, offset):
+                base_type = self.lvalue_type(base)
+                element = base_type.element()
+                index = self.index(offset)
+                if base_type.is_array:
+                    outer = self.address(base)
+                    zero = ir.Constant(I64, 0)
+                    pointer = self.builder.gep(outer.pointer, [zero, index], inbounds=True)
+                    return Address(pointer, element, in_memory=False)
+                pointer = self.load(base).value
+                width = element.vec_width
+                if width > 1:
+                    index = self.builder.mul(index, ir.Constant(I64, width), flags=("nsw",))
+                pointer = self.builder.gep(pointer, [index], inbounds=True)
+                if width > 1:
+                    pointer = self.builder.bitcast(pointer, memory_type(element).as_pointer())
+                alignment = self._alignment(base, element)
+                return Address(pointer, element, in_memory=True, alignment=alignment)
+            case _:
+                raise UnsupportedNode(ref)
+
+    def _alignment(self, base: LValue, element: Type) -> int:
+        """The alignment of a buffer element: a subscript of an aligned parameter in units
+        of its own (vector) elements is aligned to the element size's largest power-of-two
+        factor; anything else only to the scalar size."""
+        assert element.dtype is not None
+        scalar = 1 if element.dtype is DType.BOOLEAN else element.dtype.itemsize
+        if isinstance(base, Lookup):
+            variable = self.variable(base.name)
+            if variable.value is not None and variable.alignment:
+                size = scalar * element.vec_width
+                return min(variable.alignment, size & -size)
+        return scalar
+
+    def load(self, ref: LValue) -> Typed:
+        if isinstance(ref, Lookup):
+            variable = self.variable(ref.name)
+            if variable.value is not None:
+                return Typed(variable.value, variable.type)
+        address = self.address(ref)
+        value = self.builder.load(address.pointer, align=address.alignment)
+        register = self.value_type(address.type)
+        if address.in_memory and register.is_value:
+            value = self._from_memory(value, address.type)
+        return Typed(value, register)
+
+    def store(self, ref: LValue, expr: Expr) -> None:
+        address = self.address(ref)
+        target = self.value_type(address.type)
+        value = self.prepared(expr, target)
+        if address.in_memory and target.is_value:
+            value = self._to_memory(value, address.type)
+        self.builder.store(value, address.pointer, align=address.alignment)
+
+    def _from_memory(self, value: ir.Value, stored: Type) -> ir.Value:
+        if stored.dtype is DType.BOOLEAN:
+            return self.builder.icmp_unsigned("!=", value, splat_constant(value.type, 0))
+        if stored.dtype is DType.FLOAT16 and not self.native_fp16:
+            return self.builder.fpext(value, self._lanes(FLOAT, value.type))
+        return value
+
+    def _to_memory(self, value: ir.Value, stored: Type) -> ir.Value:
+        if stored.dtype is DType.BOOLEAN:
+            return self.builder.zext(value, self._lanes(I8, value.type))
+        if stored.dtype is DType.FLOAT16 and not self.native_fp16:
+            return self.builder.fptrunc(value, self._lanes(HALF, value.type))
+        return value
+
+    # ---- expressions ---------------------------------------------------------------------------
+
+    def expression(self, expr: Expr) -> Typed:
+        """Emit `expr`; its value and semtree type (the type `semtree.typing` gives it)."""
+        match expr:
+            case IntConst() | FloatConst():
+                type_ = literal_type(expr)
+                return Typed(constant(type_, expr.value), type_)
+            case LimitConst(which, dtype):
+                number = {Limit.MIN: dtype.min, Limit.MAX: dtype.max, Limit.ZERO: 0, Limit.ONE: 1}
+                type_ = self.value_type(Type.value(dtype))
+                exact = exact_number(number[which], Type.value(dtype))
+                return Typed(constant(type_, exact), type_)
+            case IndexExpr(kind, dim):
+                # One work-item per work-group (ARCHITECTURE 7.1): local ids are 0 and
+                # group ids are global ids.
+                if kind is IdKind.LOCAL:
+                    return Typed(ir.Constant(I64, 0), INDEX)
+                return Typed(self.ids[dim], INDEX)
+            case Load(ref):
+                return self.load(ref)
+            case Unary(op, operand):
+                return self._unary(expr, op, self.expression(operand))
+            case Binary(op, lhs, rhs):
+                return self._binary(expr, op, lhs, rhs)
+            case Select():
+                return self._select(expr)
+            case Cond():
+                return self._cond(expr)
+            case Clamp(value, lo, hi):
+                return self._clamp(expr, (value, lo, hi))
+            case Cast(target, inner):
+                return self._cast(target, inner)
+            case Call(fn, args):
+                typed = [self.expression(argument) for argument in args]
+                type_ = self._result(expr, typed)
+                values = self.coerce(args, typed, type_)
+                value = emit_builtin(
+                    self.builder, self.declarations, fn, values, type_, self.float_flags
+                )
+                return Typed(value, type_)
+            case _:
+                raise UnsupportedNode(expr)
+
+    def _result(self, expr: Expr, typed: Sequence[Typed]) -> Type:
+        types = tuple(item.type for item in typed)
+        return result_type(expr, types, self.types, self.native_fp16)
+
+    def _unary(self, expr: Expr, op: UnOp, operand: Typed) -> Typed:
+        type_ = self._result(expr, (operand,))
+        builder = self.builder
+        match op:
+            case UnOp.NOT:
+                return Typed(builder.not_(self.truth(operand)), type_)
+            case UnOp.NEG if type_.is_float:
+                return Typed(builder.fneg(operand.value), type_)
+            case UnOp.NEG:
+                return Typed(builder.neg(operand.value), type_)
+            case UnOp.BIT_NOT:
+                return Typed(builder.not_(operand.value), type_)
+            case _:
+                raise UnsupportedNode(op)
+
+    def _binary(self, expr: Expr, op: BinOp, lhs: Expr, rhs: Expr) -> Typed:
+        left, right = self.expression(lhs), self.expression(rhs)
+        type_ = self._result(expr, (left, right))
+        if type_.is_pointer:
+            return self._pointer_arithmetic(op, left, right, type_)
+        if op.is_logical:
+            width = type_.vec_width
+            truths = self.truth(left, width), self.truth(right, width)
+            combine = self.builder.and_ if op is BinOp.LAND else self.builder.or_
+            return Typed(combine(*truths), type_)
+        common = operand_type((lhs, rhs), (left.type, right.type))
+        first, second = self.coerce((lhs, rhs), (left, right), common)
+        if common.is_float:
+            return Typed(self._float_operation(op, first, second), type_)
+        return Typed(self._integer_operation(op, first, second, common), type_)
+
+    def _float_operation(self, op: BinOp, left: ir.Value, right: ir.Value) -> ir.Value:
+        builder, flags = self.builder, self.float_flags
+        match op:
+            case BinOp.ADD:
+                return builder.fadd(left, right, flags=flags)
+            case BinOp.SUB:
+                return builder.fsub(left, right, flags=flags)
+            case BinOp.MUL:
+                return builder.fmul(left, right, flags=flags)
+            case BinOp.DIV:
+                return builder.fdiv(left, right, flags=flags)
+            case BinOp.NE:
+                return builder.fcmp_unordered("!=", left, right)  # true when either is NaN
+            case _ if op.is_comparison:
+                return builder.fcmp_ordered(op.value, left, right)
+            case _:
+                raise UnsupportedNode(op)
+
+    def _integer_operation(
+        self, op: BinOp, left: ir.Value, right: ir.Value, common: Type
+    ) -> ir.Value:
+        builder = self.builder
+        # INDEX values stay within [-2^31, 2^31) (rule 10), so their i64 arithmetic never
+        # wraps; saying so helps LLVM's loop and address analyses.
+        wraps = ("nsw",) if common.is_index else ()
+        signed = is_signed(common)
+        match op:
+            case BinOp.ADD:
+                return builder.add(left, right, flags=wraps)
+            case BinOp.SUB:
+                return builder.sub(left, right, flags=wraps)
+            case BinOp.MUL:
+                return builder.mul(left, right, flags=wraps)
+            case BinOp.DIV | BinOp.MOD:
+                return self._divide(op, left, right, common)
+            case BinOp.SHL | BinOp.SHR:
+                # Counts modulo the lane width (OpenCL's rule); INDEX shifts as 32 bits.
+                lane_bits = 32 if common.is_index else bit_width(common)
+                count = builder.and_(right, splat_constant(right.type, lane_bits - 1))
+                if op is BinOp.SHL:
+                    return builder.shl(left, count)
+                return (builder.ashr if signed else builder.lshr)(left, count)
+            case BinOp.AND:
+                return builder.and_(left, right)
+            case BinOp.OR:
+                return builder.or_(left, right)
+            case BinOp.XOR:
+                return builder.xor(left, right)
+            case _ if op.is_comparison:
+                compare = builder.icmp_signed if signed else builder.icmp_unsigned
+                return compare(op.value, left, right)
+            case _:
+                raise UnsupportedNode(op)
+
+    def _divide(self, op: BinOp, left: ir.Value, right: ir.Value, common: Type) -> ir.Value:
+        """C division with the guards of spec 7.4, branch-free: the divisor becomes 1
+        where it is 0 (then the result is replaced by 0) or where MIN / -1 would trap
+        (MIN / 1 == MIN and MIN % 1 == 0 are the specified results)."""
+        builder = self.builder
+        zero, one = splat_constant(left.type, 0), splat_constant(left.type, 1)
+        is_zero = builder.icmp_unsigned("==", right, zero)
+        divisor = builder.select(is_zero, one, right)
+        if is_signed(common):
+            minimum = splat_constant(left.type, -(1 << (bit_width(common) - 1)))
+            overflow = builder.and_(
+                builder.icmp_unsigned("==", left, minimum),
+                builder.icmp_unsigned("==", right, splat_constant(left.type, -1)),
+            )
+            divisor = builder.select(overflow, one, divisor)
+            instruction = _SIGNED_DIVISION[op]
+        else:
+            instruction = _UNSIGNED_DIVISION[op]
+        quotient = getattr(builder, instruction)(left, divisor)
+        return builder.select(is_zero, zero, quotient)
+
+    def _pointer_arithmetic(self, op: BinOp, left: Typed, right: Typed, type_: Type) -> Typed:
+        pointer, offset = (left, right) if left.type.is_pointer else (right, left)
+        index = self.convert(offset.value, offset.type, INDEX)
+        if type_.vec_width > 1:
+            index = self.builder.mul(index, ir.Constant(I64, type_.vec_width), flags=("nsw",))
+        if op is BinOp.SUB:
+            index = self.builder.neg(index)
+        # Not `inbounds`: a pointer may step outside its buffer and back before any access.
+        return Typed(self.builder.gep(pointer.value, [index]), type_)
+
+    def _select(self, expr: Select | Cond) -> Typed:
+        cond = self.expression(expr.cond)
+        then, other = self.expression(expr.then), self.expression(expr.other)
+        type_ = self._result(expr, (cond, then, other))
+        if type_.is_pointer:
+            return Typed(self.builder.select(self.truth(cond), then.value, other.value), type_)
+        common = operand_type((expr.then, expr.other), (then.type, other.type))
+        first, second = self.coerce((expr.then, expr.other), (then, other), common)
+        first, second = self.convert(first, common, type_), self.convert(second, common, type_)
+        # A scalar condition selects whole vectors; a vector one selects lane by lane.
+        return Typed(self.builder.select(self.truth(cond), first, second), type_)
+
+    def _cond(self, expr: Cond) -> Typed:
+        if _cannot_fault(expr.then) and _cannot_fault(expr.other):
+            return self._select(expr)
+        builder = self.builder
+        cond = self.expression(expr.cond)
+        branch_types = tuple(
+            type_of(branch, self.types, self.native_fp16) for branch in (expr.then, expr.other)
+        )
+        types = (cond.type, *branch_types)
+        type_ = result_type(expr, types, self.types, self.native_fp16)
+        common = type_ if type_.is_pointer else operand_type((expr.then, expr.other), branch_types)
+        truth = self.truth(cond)
+        then_block = builder.append_basic_block("cond.then")
+        other_block = builder.append_basic_block("cond.else")
+        merge = builder.append_basic_block("cond.end")
+        slot_type = register_type(type_)
+        if cond.type.vec_width == 1:
+            slot = self.alloca(slot_type, "cond")
+            builder.cbranch(truth, then_block, other_block)
+            for block, branch in ((then_block, expr.then), (other_block, expr.other)):
+                builder.position_at_end(block)
+                builder.store(self._branch(branch, common, type_), slot)
+                builder.branch(merge)
+            builder.position_at_end(merge)
+            return Typed(builder.load(slot), type_)
+        # A vector condition: each branch runs if any lane needs it, then lanes are chosen.
+        slots = self.alloca(slot_type, "cond.then"), self.alloca(slot_type, "cond.else")
+        lanes = truth.type
+        any_true = self._reduce("or", truth)
+        all_true = self._reduce("and", truth)
+        check_other = builder.append_basic_block("cond.check")
+        builder.cbranch(any_true, then_block, check_other)
+        builder.position_at_end(then_block)
+        builder.store(self._branch(expr.then, common, type_), slots[0])
+        builder.branch(check_other)
+        builder.position_at_end(check_other)
+        builder.cbranch(all_true, merge, other_block)
+        builder.position_at_end(other_block)
+        builder.store(self._branch(expr.other, common, type_), slots[1])
+        builder.branch(merge)
+        builder.position_at_end(merge)
+        assert isinstance(lanes, ir.VectorType)
+        value = builder.select(truth, builder.load(slots[0]), builder.load(slots[1]))
+        return Typed(value, type_)
+
+    def _branch(self, branch: Expr, common: Type, type_: Type) -> ir.Value:
+        if type_.is_pointer:
+            return self.expression(branch).value
+        if is_literal(branch):
+            value = self.literal(branch, common)  # type: ignore[arg-type]
+        else:
+            typed = self.expression(branch)
+            value = self.convert(typed.value, typed.type, common)
+        return self.convert(value, common, type_)
+
+    def _reduce(self, operation: str, lanes: ir.Value) -> ir.Value:
+        function = self.declarations.function(
+            f"llvm.vector.reduce.{operation}.{intrinsic_suffix(lanes.type)}", I1, [lanes.type]
+        )
+        return self.builder.call(function, [lanes])
+
+    def _clamp(self, expr: Clamp, children: tuple[Expr, Expr, Expr]) -> Typed:
+        typed = [self.expression(child) for child in children]
+        type_ = self._result(expr, typed)
+        value, low, high = self.coerce(children, typed, type_)
+        if type_.is_float:
+            # min(max(x, lo), hi) with C fmax/fmin: a NaN x gives lo, as the reference does.
+            names = ("llvm.maxnum", "llvm.minnum")
+        elif is_signed(type_):
+            names = ("llvm.smax", "llvm.smin")
+        else:
+            names = ("llvm.umax", "llvm.umin")
+        upper = self.declarations.overloaded(names[0], value.type, 2)
+        lower = self.declarations.overloaded(names[1], value.type, 2)
+        flags = self.float_flags if type_.is_float else ()
+        raised = self.builder.call(upper, [value, low], fastmath=flags)
+        return Typed(self.builder.call(lower, [raised, high], fastmath=flags), type_)
+
+    def _cast(self, target: Type, inner: Expr) -> Typed:
+        if target.is_pointer:
+            # Pointers of one dtype are one LLVM type (scalar elements; see render_types).
+            return Typed(self.expression(inner).value, target)
+        if is_literal(inner):
+            exact = self.literal(inner, target)  # type: ignore[arg-type]
+        else:
+            typed = self.expression(inner)
+            exact = self.convert(typed.value, typed.type, target)
+        # An emulated float16 target rounds to half here and widens again (rule 7).
+        type_ = self.value_type(target)
+        return Typed(self.convert(exact, target, type_), type_)
+
+
+def _cannot_fault(expr: Expr) -> bool:
+    """Whether evaluating `expr` where its value is not needed is harmless: it reads no
+    memory through a subscript (arithmetic is guarded and loads of variables are safe)."""
+    return not any(isinstance(node, Subscript) for node in walk(expr))

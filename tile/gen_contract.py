@@ -1,0 +1,390 @@
+"""Contraction and elementwise kernel bodies (ARCHITECTURE 8.7).
+
+One generator serves a contraction (from its `FlatContraction`), a contraction with a fused
+elementwise epilogue, and a pure elementwise group. The grid is the output shape, cut into
+tiles (`tile.tile_opt`); one work-item owns a tile:
+
+    group -> base coordinates of the tile
+    acc[tile] = identity; hit[tile] = false          (contractions only)
+    for each reduction variable:                     (outer: the register-tile micro-kernel)
+        if reduction-only guards:
+            for each element of the tile:            (inner, constant trip counts)
+                coordinates; if inside the shape:
+                    derived variables, if divisible:
+                        if guards: acc = agg(acc, combine(operands)); hit = true
+    for each element of the tile:                    (the output phase)
+        coordinates; if inside the shape:
+            C = hit ? acc : (default element or 0)   (identities never reach memory)
+            epilogue values in registers, each rounded to its Tile type
+            store the values other kernels or the caller need
+
+A contraction without guards or derived variables gives every element at least one tuple,
+so it needs no hit flag.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from semtree import builder as sb
+from semtree.nodes import (
+    Binary,
+    BinOp,
+    Block,
+    Builtin,
+    Call,
+    Cast,
+    Clamp,
+    Expr,
+    For,
+    IntConst,
+    Load,
+    Lookup,
+    Select,
+    Stmt,
+    Store,
+    Subscript,
+)
+from semtree.types import DType, Type, TypeBase, promote
+from tile.flatten import row_major
+from tile.gen_kernel import Grid, KernelWriter, affine, conjunction, product
+from tile.gen_ops import GenerateError, Typed, apply, constant, convert, identity, rounded, zero
+from tile.program import OpKind
+from tile.syntax import AggOp, CombOp
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from semtree.kernel import HardwareSettings
+    from semtree.nodes import Function
+    from tile.flat import FlatConstraint, FlatContraction
+    from tile.fuse import KernelPlan
+    from tile.gen_kernel import ProgramContext
+    from tile.program import BoundOp
+
+
+@dataclass(frozen=True, slots=True)
+class GeneratedBody:
+    body: Function
+    outputs: tuple[str, ...]  # buffers, in parameter order
+    inputs: tuple[str, ...]
+    global_size: tuple[int, int, int]
+    flops: int
+    bytes: int
+
+
+def accumulator_dtype(dtype: DType) -> DType:
+    """Half results accumulate in f32 (spec 8.11 allows a wider float accumulator)."""
+    return DType.FLOAT32 if dtype is DType.FLOAT16 else dtype
+
+
+def generate_group(
+    plan: KernelPlan,
+    flat: FlatContraction | None,
+    context: ProgramContext,
+    settings: HardwareSettings,
+    tiles: Sequence[int],
+    name: str,
+) -> GeneratedBody:
+    """The kernel of a CONTRACTION or ELEMENTWISE plan."""
+    return _GroupKernel(plan, flat, context, settings, tuple(tiles)).build(name)
+
+
+class _GroupKernel:
+    def __init__(
+        self,
+        plan: KernelPlan,
+        flat: FlatContraction | None,
+        context: ProgramContext,
+        settings: HardwareSettings,
+        tiles: tuple[int, ...],
+    ) -> None:
+        self.plan = plan
+        self.flat = flat
+        self.context = context
+        self.settings = settings
+        self.writer = KernelWriter(context, plan.stores)
+        self.grid = Grid.build(self.writer, plan.shape, tiles, settings)
+        self.tiles = tiles
+        # Positions of the tiled dimensions and the linear index of an element in the tile.
+        self.tiled = [d for d, tile in enumerate(tiles) if tile > 1]
+        if flat is not None:
+            names = flat.names[: flat.outputs]
+        else:
+            names = tuple(f"x{d}" for d in range(len(plan.shape)))
+        self.coordinate_names = names
+        self.flops = 0
+        self.acc = ""
+        self.acc_dtype = flat.dtype if flat is not None else DType.FLOAT32
+        self.hit: str | None = None
+        self.variables: dict[int, Expr] = {}
+        self.inner_guards: list[FlatConstraint] = []
+
+    # ---- structure -----------------------------------------------------------------------------
+
+    def build(self, name: str) -> GeneratedBody:
+        body: list[Stmt] = list(self.grid.setup)
+        accumulate = self.flat is not None and not self.flat.empty
+        if accumulate:
+            body += self.accumulation()
+        body.append(self.tile_loops("w", self.output_phase))
+        guard = self.grid.guard()
+        if guard is not None:
+            body = [sb.if_(guard, body)]
+        outputs, inputs = self.writer.params()
+        return GeneratedBody(
+            self.writer.function(name, body),
+            outputs,
+            inputs,
+            self.grid.global_size,
+            self.flops + self.epilogue_flops(),
+            self.writer.bytes(),
+        )
+
+    def tile_loops(self, tag: str, element: Callable[[list[Expr], Expr], list[Stmt]]) -> Stmt:
+        """Loops over the elements of the tile; `element(coordinates, tile_index)` gives the
+        statements for one element, run only where the element is inside the shape."""
+        declarations: list[Stmt] = []
+        coordinates: list[Expr] = []
+        inside: list[Expr] = []
+        counters: list[tuple[str, int]] = []  # innermost first
+        tile_terms: list[tuple[int, Expr]] = []
+        stride = 1
+        for dimension in reversed(range(len(self.plan.shape))):
+            tile, size = self.tiles[dimension], self.plan.shape[dimension]
+            value = self.grid.bases[dimension]
+            if tile > 1:
+                counter = self.writer.fresh(f"t{tag}{dimension}")
+                counters.append((counter, tile))
+                offset = Load(Lookup(counter))
+                value = affine([(1, value), (1, offset)])
+                tile_terms.append((stride, offset))
+                stride *= tile
+            declaration, coordinate = self.writer.declare(
+                Type.index(), self.coordinate_names[dimension], value
+            )
+            declarations.insert(0, declaration)
+            coordinates.insert(0, coordinate)
+            if size % tile:
+                inside.insert(0, Binary(BinOp.LT, coordinate, IntConst(size)))
+        statements = element(coordinates, affine(tile_terms))
+        condition = conjunction(inside)
+        body: list[Stmt] = [*declarations]
+        body += [sb.if_(condition, statements)] if condition is not None else statements
+        loop: Stmt = sb.block(body)
+        for counter, count in counters:
+            loop = For(counter, count, 1, loop if isinstance(loop, Block) else sb.block(loop))
+        return loop
+
+    # ---- contraction phase ---------------------------------------------------------------------
+
+    def accumulation(self) -> list[Stmt]:
+        flat = self.flat
+        assert flat is not None
+        size = product(self.tiles)
+        self.acc_dtype = accumulator_dtype(flat.dtype)
+        acc_type = Type(TypeBase.VALUE, self.acc_dtype, 1, size if size > 1 else 0)
+        start = identity(flat.agg.value, self.acc_dtype)
+        statements: list[Stmt] = []
+        self.acc = self.writer.fresh("acc")
+        statements.append(sb.declare(acc_type, self.acc, start.expr))
+        if flat.needs_hit:
+            self.hit = self.writer.fresh("hit")
+            hit_type = Type(TypeBase.VALUE, DType.BOOLEAN, 1, size if size > 1 else 0)
+            statements.append(sb.declare(hit_type, self.hit, constant(0, DType.BOOLEAN).expr))
+        reductions = list(flat.reductions)
+        counters = [self.writer.fresh(flat.names[k]) for k in reductions]
+        for k, counter in zip(reductions, counters, strict=True):
+            self.variables[k] = Load(Lookup(counter))
+        outer_guards: list[FlatConstraint] = []
+        for constraint in flat.constraints:
+            used = {k for k, c in enumerate(constraint.lhs) if c}
+            target = outer_guards if used <= set(reductions) else self.inner_guards
+            target.append(constraint)
+        body: Stmt = self.tile_loops("r", self.contribute)
+        condition = conjunction([self.guard(c) for c in outer_guards])
+        if condition is not None:
+            body = sb.if_(condition, body)
+        for k, counter in reversed(list(zip(reductions, counters, strict=True))):
+            body = For(counter, flat.ranges[k], 1, sb.block(body))
+        statements.append(body)
+        points = product(flat.ranges[k] for k in reductions)
+        per_point = 1 if flat.comb is CombOp.NONE else 2
+        self.flops += product(self.plan.shape) * points * per_point
+        return statements
+
+    def guard(self, constraint: FlatConstraint) -> Expr:
+        terms = [(c, self.variables[k]) for k, c in enumerate(constraint.lhs) if c]
+        return Binary(BinOp.LE, affine(terms), IntConst(constraint.rhs))
+
+    def contribute(self, coordinates: list[Expr], tile_index: Expr) -> list[Stmt]:
+        """One tuple's contribution to one element of the tile."""
+        flat = self.flat
+        assert flat is not None
+        for k, coordinate in enumerate(coordinates):
+            self.variables[k] = coordinate
+        checks = []
+        for position, derived in enumerate(flat.derived):
+            terms = [(c, self.variables[j]) for j, c in enumerate(derived.numerator) if c]
+            numerator_declaration, numerator = self.writer.declare(
+                Type.index(), f"{derived.name}_num", affine(terms, derived.const)
+            )
+            declaration, value = self.writer.declare(
+                Type.index(), derived.name, Binary(BinOp.DIV, numerator, IntConst(derived.divisor))
+            )
+            self.variables[flat.outputs + position] = value
+            divisible = Binary(
+                BinOp.EQ, Binary(BinOp.MOD, numerator, IntConst(derived.divisor)), IntConst(0)
+            )
+            checks.append((numerator_declaration, divisible, declaration))
+        update = self.update(tile_index)
+        condition = conjunction([self.guard(c) for c in self.inner_guards])
+        statements: list[Stmt] = [sb.if_(condition, update)] if condition is not None else update
+        # Each derived variable wraps what follows in its divisibility check.
+        for numerator_declaration, divisible, declaration in reversed(checks):
+            statements = [numerator_declaration, sb.if_(divisible, [declaration, *statements])]
+        return statements
+
+    def update(self, tile_index: Expr) -> list[Stmt]:
+        flat = self.flat
+        assert flat is not None
+        operands = []
+        for access in flat.operands:
+            terms = [(s, self.variables[k]) for k, s in enumerate(access.strides) if s]
+            operands.append(self.writer.load(access.tensor, affine(terms, access.offset)))
+        value = convert(self.combine(flat, operands), self.acc_dtype)
+        acc = self.element(self.acc, tile_index)
+        current = Load(acc)
+        match flat.agg:
+            case AggOp.SUM:
+                new: Expr = Binary(BinOp.ADD, current, value)
+            case AggOp.PROD:
+                new = Binary(BinOp.MUL, current, value)
+            case AggOp.MAX if self.acc_dtype.is_bool:
+                new = Binary(BinOp.LOR, current, value)
+            case AggOp.MIN if self.acc_dtype.is_bool:
+                new = Binary(BinOp.LAND, current, value)
+            case AggOp.MAX:
+                new = Call(Builtin.MAX, (current, value))
+            case AggOp.MIN:
+                new = Call(Builtin.MIN, (current, value))
+            case _:
+                new = value
+        statements: list[Stmt] = [Store(acc, new)]
+        if self.hit is not None:
+            statements.append(
+                Store(self.element(self.hit, tile_index), constant(1, DType.BOOLEAN).expr)
+            )
+        return statements
+
+    def combine(self, flat: FlatContraction, operands: list[Typed]) -> Typed:
+        """The combined value of one tuple (spec 8.5), of the output type."""
+        dtype = flat.dtype
+        match flat.comb:
+            case CombOp.NONE:
+                return Typed(convert(operands[0], dtype), dtype)
+            case CombOp.ADD | CombOp.MUL:
+                op = BinOp.ADD if flat.comb is CombOp.ADD else BinOp.MUL
+                left, right = (convert(o, dtype) for o in operands)
+                return rounded(Binary(op, left, right), dtype)
+            case CombOp.EQ | CombOp.COND:
+                common = promote(operands[0].dtype, operands[1].dtype)
+                left, right = (convert(o, common) for o in operands[:2])
+                equal = Binary(BinOp.EQ, left, right)
+                if flat.comb is CombOp.EQ:
+                    return Typed(equal, DType.BOOLEAN)
+                chosen = convert(operands[2], dtype)
+                return Typed(Select(equal, chosen, zero(dtype).expr), dtype)
+            case _:
+                raise GenerateError(f"no combination {flat.comb}")
+
+    def element(self, array: str, tile_index: Expr) -> Subscript | Lookup:
+        if product(self.tiles) > 1:
+            return Subscript(Lookup(array), tile_index)
+        return Lookup(array)
+
+    # ---- output phase --------------------------------------------------------------------------
+
+    def output_phase(self, coordinates: list[Expr], tile_index: Expr) -> list[Stmt]:
+        statements: list[Stmt] = []
+        values: dict[str, Typed] = {}
+        ops = list(self.plan.ops)
+        contraction = self.plan.contraction
+        if contraction is not None:
+            ops = ops[1:]
+            statements += self.bind(
+                values, contraction.output, self.result(coordinates, tile_index)
+            )
+        for op in ops:
+            value = self.evaluate(op, values, coordinates)
+            statements += self.bind(values, op.output, value)
+        dims = self.plan.shape
+        for name in self.plan.stores:
+            offset = affine(zip(row_major(dims), coordinates, strict=True))
+            statements.append(self.writer.store(name, offset, values[name]))
+        return statements
+
+    def bind(self, values: dict[str, Typed], name: str, value: Typed) -> list[Stmt]:
+        declaration, variable = self.writer.declare(Type.value(value.dtype), f"v{name}", value.expr)
+        values[name] = Typed(variable, value.dtype)
+        return [declaration]
+
+    def result(self, coordinates: list[Expr], tile_index: Expr) -> Typed:
+        """The contraction's value at one element: the aggregate, or 0 / the default."""
+        flat = self.flat
+        assert flat is not None
+        dtype = flat.dtype
+        if flat.default is not None:
+            unwritten = Typed(convert(self.writer.read_at(flat.default, coordinates), dtype), dtype)
+        else:
+            unwritten = zero(dtype)
+        if flat.empty:
+            return unwritten
+        aggregate = convert(Typed(Load(self.element(self.acc, tile_index)), self.acc_dtype), dtype)
+        if self.hit is None:
+            return Typed(aggregate, dtype)
+        written = Load(self.element(self.hit, tile_index))
+        return Typed(Select(written, aggregate, unwritten.expr), dtype)
+
+    def evaluate(self, op: BoundOp, values: dict[str, Typed], coordinates: list[Expr]) -> Typed:
+        context = self.context
+        dtype = context.dtype(op.output)
+        match op.fn:
+            case "index":
+                return Typed(Cast(Type.value(DType.INT32), coordinates[op.params[0]]), DType.INT32)
+            case "shape":
+                sizes = context.dims(op.inputs[0])
+                value = constant(sizes[-1], DType.INT32).expr
+                for axis in reversed(range(len(sizes) - 1)):
+                    is_axis = Binary(BinOp.EQ, coordinates[0], IntConst(axis))
+                    value = Select(is_axis, constant(sizes[axis], DType.INT32).expr, value)
+                return Typed(value, DType.INT32)
+            case "gather":
+                return self.gather(op, coordinates)
+        if op.kind is not OpKind.ELEMENTWISE:
+            raise GenerateError(f"'{op.fn}' cannot be fused into an elementwise kernel")
+        args = []
+        for name in op.inputs:
+            if name in values:
+                args.append(values[name])
+            else:
+                args.append(self.writer.read_at(name, coordinates))
+        compute = op.compute or dtype
+        return apply(op.fn, args, dtype, compute, self.settings)
+
+    def gather(self, op: BoundOp, coordinates: list[Expr]) -> Typed:
+        """`O[a..., b...] = V[clamp(I[a...], 0, rows - 1), b...]` (spec 9.5)."""
+        table, indices = op.inputs
+        rank = len(self.context.dims(indices))
+        index = self.writer.read_at(indices, coordinates[:rank])
+        dims = self.context.dims(table)
+        row = Clamp(convert(index, DType.INT32), IntConst(0), IntConst(dims[0] - 1))
+        strides = row_major(dims)
+        terms = [(strides[0], Cast(Type.index(), row))]
+        terms += [(s, c) for s, c in zip(strides[1:], coordinates[rank:], strict=True)]
+        return self.writer.load(table, affine(terms))
+
+    def epilogue_flops(self) -> int:
+        count = sum(1 for op in self.plan.ops if op.kind is OpKind.ELEMENTWISE)
+        return count * product(self.plan.shape)

@@ -1,0 +1,206 @@
+"""Stage 5: kernel generation — a bound program becomes a `KernelList` (ARCHITECTURE 3.5, 8.7).
+
+`generate_program(bound, settings)` is the one entry point the runtime calls. It drives the
+front end's back half:
+
+    BoundProgram --tile.fuse.plan_program--> kernel plans and buffers
+                 --tile.flatten.flatten-->   FlatContraction per contraction
+                 --tile.tile_opt-->          tile sizes
+                 --tile.gen_contract / tile.gen_special--> semtree bodies
+                 --> KernelList (launch order = dependency order)
+
+Kernels are named `<prefix>_<n>`; bodies that come out identical (same structure on
+different tensors) are shared and carry the same `key`. The buffers of the list are the
+program's tensor inputs, its outputs (each in its own buffer, except an output that is an
+input) and the temporaries that some later kernel reads; constants are inlined into bodies
+and never become buffers. `var_rewrites` is empty: no user-visible output is renamed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from semtree.kernel import Direction, KernelInfo, KernelKind, KernelList, KernelParam
+from semtree.nodes import Declare, For, Lookup, Node, c_identifier, rewrite, walk
+from tile.flatten import flatten
+from tile.fuse import PlanKind, plan_program
+from tile.gen_contract import accumulator_dtype, generate_group
+from tile.gen_kernel import ProgramContext, product
+from tile.gen_special import generate_prng, generate_scatter
+from tile.tile_opt import choose_tiles
+
+if TYPE_CHECKING:
+    from semtree.kernel import HardwareSettings
+    from semtree.nodes import Function
+    from tile.flat import FlatContraction
+    from tile.fuse import KernelPlan
+    from tile.gen_contract import GeneratedBody
+    from tile.program import BoundProgram
+
+KIND = {
+    PlanKind.CONTRACTION: KernelKind.CONTRACTION,
+    PlanKind.ELEMENTWISE: KernelKind.ELEMENTWISE,
+    PlanKind.SCATTER: KernelKind.SPECIAL,
+    PlanKind.PRNG: KernelKind.SPECIAL,
+}
+
+
+def generate_program(
+    bound: BoundProgram, settings: HardwareSettings, *, name_prefix: str = "tile"
+) -> KernelList:
+    """The kernels computing `bound` on a device described by `settings`."""
+    plan = plan_program(bound)
+    context = ProgramContext(bound.bindings, plan.buffer_of, plan.shapes)
+    prefix = c_identifier(name_prefix)
+    kernels: list[KernelInfo] = []
+    bodies: dict[str, Function] = {}
+    for index, kernel_plan in enumerate(plan.kernels):
+        name = f"{prefix}_{index}"
+        copy = _copy_source(kernel_plan, context)
+        if copy is not None:
+            target = context.buffer_of[kernel_plan.stores[0]]
+            kernels.append(_copy_kernel(name, target, copy, context, kernel_plan))
+            continue
+        flat = None
+        tiles: tuple[int, ...] = ()
+        match kernel_plan.kind:
+            case PlanKind.CONTRACTION | PlanKind.ELEMENTWISE:
+                contraction = kernel_plan.contraction
+                if contraction is not None:
+                    flat = flatten(contraction, bound.bindings)
+                tiles = _tiles(kernel_plan, flat, settings)
+                generated = generate_group(kernel_plan, flat, context, settings, tiles, name)
+            case PlanKind.SCATTER:
+                generated = generate_scatter(kernel_plan, context, name)
+            case _:
+                generated = generate_prng(kernel_plan, context, name)
+        body, key = _shared_body(generated.body, bodies)
+        kernels.append(
+            KernelInfo(
+                name=name,
+                kind=KIND[kernel_plan.kind],
+                params=_params(generated, context),
+                global_size=generated.global_size,
+                local_size=(1, 1, 1),
+                body=body,
+                flops=generated.flops,
+                bytes=generated.bytes,
+                key=key,
+                tile=tiles,
+                comments=_comments(kernel_plan, flat),
+            )
+        )
+    return KernelList(
+        kernels=tuple(kernels),
+        shapes=plan.shapes,
+        inputs=plan.inputs,
+        outputs=plan.outputs,
+        temporaries=plan.temporaries,
+        var_rewrites={},
+    )
+
+
+def _tiles(
+    plan: KernelPlan, flat: FlatContraction | None, settings: HardwareSettings
+) -> tuple[int, ...]:
+    points = 1
+    accumulator_bytes = 4
+    if flat is not None and not flat.empty:
+        points = product(flat.ranges[k] for k in flat.reductions)
+        accumulator_bytes = accumulator_dtype(flat.dtype).itemsize
+    return choose_tiles(
+        plan.shape, settings, reduction_points=points, accumulator_bytes=accumulator_bytes
+    )
+
+
+def _copy_source(plan: KernelPlan, context: ProgramContext) -> str | None:
+    """The buffer a plan copies unchanged into its one output, if it is a plain copy."""
+    if plan.kind is PlanKind.COPY:
+        return context.buffer_of[plan.ops[0].inputs[0]]
+    if plan.kind is not PlanKind.ELEMENTWISE or len(plan.ops) != 1 or len(plan.stores) != 1:
+        return None
+    (op,) = plan.ops
+    if op.fn != "ident" or op.output != plan.stores[0]:
+        return None
+    (source,) = op.inputs
+    if context.is_constant(source):
+        return None
+    same = context.dtype(source) is context.dtype(op.output)
+    if not same or context.dims(source) != context.dims(op.output):
+        return None
+    return context.buffer_of[source]
+
+
+def _copy_kernel(
+    name: str, target: str, source: str, context: ProgramContext, plan: KernelPlan
+) -> KernelInfo:
+    shapes = context.shapes
+    params = (
+        KernelParam(target, Direction.OUT, shapes[target].dtype, shapes[target].dims),
+        KernelParam(source, Direction.IN, shapes[source].dtype, shapes[source].dims),
+    )
+    return KernelInfo(
+        name=name,
+        kind=KernelKind.COPY,
+        params=params,
+        global_size=(0, 0, 0),
+        local_size=(0, 0, 0),
+        body=None,
+        flops=0,
+        bytes=2 * shapes[target].nbytes,
+        comments=_comments(plan, None),
+    )
+
+
+def _params(generated: GeneratedBody, context: ProgramContext) -> tuple[KernelParam, ...]:
+    shapes = context.shapes
+    params = [
+        KernelParam(buffer, Direction.OUT, shapes[buffer].dtype, shapes[buffer].dims)
+        for buffer in generated.outputs
+    ]
+    params += [
+        KernelParam(buffer, Direction.IN, shapes[buffer].dtype, shapes[buffer].dims)
+        for buffer in generated.inputs
+    ]
+    return tuple(params)
+
+
+def _shared_body(body: Function, bodies: dict[str, Function]) -> tuple[Function, str]:
+    """The body to launch and its structural key: an earlier body that differs only in the
+    names of its locals (which follow the tensors' names) is reused."""
+    text = str(_canonical(replace(body, name="kernel")))
+    key = hashlib.sha256(text.encode()).hexdigest()[:16]
+    return bodies.setdefault(key, body), key
+
+
+def _canonical(body: Function) -> Node:
+    """`body` with its local names replaced by `l0, l1, ...` in order of declaration."""
+    names: dict[str, str] = {}
+    for node in walk(body):
+        match node:
+            case Declare(name=name) | For(var=name):
+                names.setdefault(name, f"l{len(names)}")
+
+    def rename(node: Node) -> Node | None:
+        match node:
+            case Lookup(name=name) if name in names:
+                return replace(node, name=names[name])
+            case Declare(name=name):
+                return replace(node, name=names[name])
+            case For(var=name):
+                return replace(node, var=names[name])
+        return None
+
+    return rewrite(body, rename)
+
+
+def _comments(plan: KernelPlan, flat: FlatContraction | None) -> str:
+    lines = []
+    ops = plan.ops
+    if flat is not None:
+        lines.append(str(flat))
+        ops = ops[1:]
+    lines += [str(op) for op in ops]
+    return "\n".join(lines)

@@ -1,0 +1,56 @@
+"""Tile sizes: how many output elements one work-group computes (ARCHITECTURE 8.6, 11.1).
+
+Every tile-size decision of the generator is made here, so a performance pass can replace
+the policy (a cost model, a search, autotuning) without touching code generation: the
+generators (`tile.gen_contract`) accept any tile of at least 1 per output dimension and guard
+partial tiles themselves.
+
+Current policy, deliberately simple (correctness first):
+
+* only the last two output dimensions are tiled; the last one is the contiguous one, which
+  LLVM can vectorise inside a work-group;
+* a contraction with reduction loops gets a register tile (about `vec_size` columns and a few
+  rows, its accumulators within `settings.max_regs`): each loaded operand element then
+  serves several outputs (PERFORMANCE.md 2.1);
+* a kernel without reductions (elementwise, or a contraction that is a pure permutation)
+  processes a strip of `4 * vec_size` contiguous elements per work-group, to amortise the
+  per-group overhead (one element on a device without SIMD, `vec_size` 1).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from semtree.kernel import HardwareSettings
+
+MAX_TILE_ROWS = 4
+
+
+def choose_tiles(
+    shape: Sequence[int],
+    settings: HardwareSettings,
+    *,
+    reduction_points: int,
+    accumulator_bytes: int,
+) -> tuple[int, ...]:
+    """Tile size per output dimension (outermost first) for a kernel writing `shape`.
+
+    `reduction_points` is the trip count of the reduction loops (1 without any) and
+    `accumulator_bytes` the size of one accumulator.
+    """
+    tiles = [1] * len(shape)
+    if not shape:
+        return ()
+    if reduction_points <= 1:
+        if settings.vec_size > 1:
+            tiles[-1] = min(shape[-1], 4 * settings.vec_size)
+        return tuple(tiles)
+    columns = min(shape[-1], settings.vec_size)
+    tiles[-1] = columns
+    if len(shape) >= 2:
+        budget = max(1, settings.max_regs // (accumulator_bytes * columns))
+        tiles[-2] = max(1, min(shape[-2], MAX_TILE_ROWS, budget))
+    return tuple(tiles)
