@@ -24,8 +24,13 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 
+SHARED ?= ../shared
+CONFORMANCE := $(SHARED)/conformance/run.py
+
 test: lint
 	$(PY) -m pytest -q
+	$(PY) $(CONFORMANCE) $(SHARED)/conformance/cases --device llvm_cpu.0
+	$(PY) $(CONFORMANCE) $(SHARED)/spec/cases --device llvm_cpu.0
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,122 @@
+"""Benchmark the workloads of ../shared/bench/workloads.py on a tile device.
+
+For each workload: check our result against the float64 reference, then time our call
+(inputs resident on the device; one call = `fn(**inputs)` plus waiting for the output, as
+../shared/bench/README.md times every engine) interleaved with the natural numpy expression,
+and print both medians and the speed ratio `numpy time / our time` (> 1: faster than numpy).
+The last column is PlaidML 0.7.0's ratio to numpy on this machine, from that README.
+
+Run: `.venv/bin/python benchmarks/run.py [--device ID] [--filter NAME] [--rounds N]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+# Process settings of the peer baseline: idle BLAS workers must not steal our cores.
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import numpy as np
+
+import tile
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH = Path(os.environ.get("TILE_SHARED", REPO.parent / "shared")) / "bench"
+
+
+def plaidml_ratios() -> dict[str, float]:
+    """numpy time / PlaidML llvm time per workload, read from the baseline README."""
+    ratios = {}
+    readme = (BENCH / "README.md").read_text()
+    section = readme.split("## Time per call", 1)[-1].split("\n## ", 1)[0]
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) < 6 or not re.match(r"[A-Za-z_0-9]+$", cells[0]):
+            continue
+        numbers = [re.match(r"([\d,.]+)", c) for c in (cells[3], cells[5])]
+        if all(numbers):
+            plaidml, numpy_ms = (float(m.group(1).replace(",", "")) for m in numbers)  # type: ignore[union-attr]
+            ratios[cells[0]] = numpy_ms / plaidml
+    return ratios
+
+
+def median_times(calls: list, rounds: int, budget: float) -> list[float]:
+    """Interleaved rounds: one call of each engine per round; median seconds each."""
+    samples: list[list[float]] = [[] for _ in calls]
+    deadline = time.perf_counter() + budget
+    for _ in range(rounds):
+        for index, call in enumerate(calls):
+            start = time.perf_counter()
+            call()
+            samples[index].append(time.perf_counter() - start)
+        if time.perf_counter() > deadline:
+            break
+    return [statistics.median(s) for s in samples]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--filter", default="")
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--budget", type=float, default=20.0, help="seconds per workload")
+    args = parser.parse_args()
+    sys.path.insert(0, str(BENCH))
+    import workloads  # type: ignore[import-not-found]
+
+    device = tile.device(args.device)
+    peers = plaidml_ratios()
+    print(f"device {device.id}: {device.description}")
+    header = (
+        f"{'workload':24s} {'ours ms':>9s} {'numpy ms':>9s} {'ratio':>7s} {'plaidml':>8s}  check"
+    )
+    print(header)
+    print("-" * len(header))
+    failures = 0
+    for workload in workloads.WORKLOADS:
+        if args.filter not in workload.name:
+            continue
+        arrays = workload.make_inputs()
+        function = tile.Function(workload.tile)
+        tensors = {n: tile.Tensor.from_numpy(a, device) for n, a in arrays.items()}
+
+        def ours(function=function, tensors=tensors, name=workload.output):
+            out = function(device=device, **tensors)[name]
+            with out.mmap_current():
+                pass
+
+        def numpy_call(workload=workload, arrays=arrays):
+            workload.numpy_fn(**arrays)
+
+        got = function(device=device, **tensors)[workload.output].to_numpy()
+        expected = workload.expected(arrays)
+        scale = max(float(np.max(np.abs(expected))), 1.0)
+        error = float(np.max(np.abs(got.astype(np.float64) - expected))) / scale
+        ok = got.shape == expected.shape and error < 1e-3
+        failures += not ok
+        ours_s, numpy_s = median_times([ours, numpy_call], args.rounds, args.budget)
+        ratio = numpy_s / ours_s
+        peer = peers.get(workload.name)
+        peer_text = f"{peer:8.2f}" if peer else f"{'-':>8s}"
+        check = f"ok ({error:.1e})" if ok else f"WRONG (rel err {error:.1e})"
+        print(
+            f"{workload.name:24s} {ours_s * 1e3:9.3f} {numpy_s * 1e3:9.3f} {ratio:7.2f} "
+            f"{peer_text}  {check}",
+            flush=True,
+        )
+    print(
+        "ratio = numpy time / our time (> 1 is faster than numpy); plaidml = the same for "
+        "PlaidML 0.7.0 llvm_cpu from the baseline README"
+    )
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
