@@ -17,8 +17,6 @@ Helper functions are collected in a `Helpers` and emitted once per program, befo
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from hal_opencl.spelling import (
     ADD,
     ATOM,
@@ -34,6 +32,7 @@ from hal_opencl.spelling import (
     SHIFT,
     UNARY,
     UNSIGNED,
+    Helpers,
     Text,
     broadcast,
     element_dtype,
@@ -45,9 +44,6 @@ from hal_opencl.spelling import (
 )
 from semtree.nodes import BinOp, UnOp, UnsupportedNode
 from semtree.types import DType, Type
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
 
 PRECEDENCE = {
     BinOp.MUL: MULTIPLY,
@@ -76,23 +72,6 @@ _MIN_MACROS = {
     DType.INT32: "INT_MIN",
     DType.INT64: "LONG_MIN",
 }
-
-
-class Helpers:
-    """The helper functions one program needs, by name; emitted once each, sorted by name."""
-
-    def __init__(self) -> None:
-        self.functions: dict[str, str] = {}
-
-    def use(self, name: str, source: str) -> str:
-        self.functions.setdefault(name, source)
-        return name
-
-    def __iter__(self) -> Iterator[str]:
-        return (self.functions[name] for name in sorted(self.functions))
-
-    def __bool__(self) -> bool:
-        return bool(self.functions)
 
 
 # ---- spelling operations --------------------------------------------------------------------

@@ -355,8 +355,8 @@ class OpenCLRenderer(CPrinter):
             scalar = target.scalar()
             own = literal_type(expr, scalar)
             constant = literal(convert_constant(exact(expr.value, own), own, scalar), scalar)
-            return convert(constant, target, lanes)
-        return convert(text, target, lanes)
+            return convert(constant, target, lanes, self.helpers)
+        return convert(text, target, lanes, self.helpers)
 
     def value(self, expr: Expr) -> Text:
         """`expr` as OpenCL C text with its register type."""
@@ -535,11 +535,11 @@ class OpenCLRenderer(CPrinter):
         text = self.value(value)
         if target.dtype is DType.FLOAT16 and not self.native_fp16:
             if not (text.type.is_float and element_dtype(text.type) is DType.FLOAT64):
-                text = convert(text, register)
+                text = convert(text, register, None, self.helpers)
             elif text.type.vec_width != target.vec_width:
                 text = convert(text, Type.value(DType.FLOAT64, target.vec_width))
             return round_to_half(text, self.helpers)
-        return convert(text, register)
+        return convert(text, register, None, self.helpers)
 
     def builtin(self, fn: Builtin, args: tuple[Expr, ...]) -> Text:
         common, arguments = self.common_arguments(args)

@@ -23,10 +23,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from semtree.types import DType, Type
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 # C precedence levels of the text (higher binds tighter).
 ATOM, UNARY, MULTIPLY, ADD, SHIFT, RELATION, EQUALITY = 16, 15, 13, 12, 11, 10, 9
@@ -82,6 +86,23 @@ class Text:
     def at(self, precedence: int) -> str:
         """The code, parenthesised when it binds less tightly than `precedence`."""
         return self.code if self.precedence >= precedence else f"({self.code})"
+
+
+class Helpers:
+    """The helper functions one program needs, by name; emitted once each, sorted by name."""
+
+    def __init__(self) -> None:
+        self.functions: dict[str, str] = {}
+
+    def use(self, name: str, source: str) -> str:
+        self.functions.setdefault(name, source)
+        return name
+
+    def __iter__(self) -> Iterator[str]:
+        return (self.functions[name] for name in sorted(self.functions))
+
+    def __bool__(self) -> bool:
+        return bool(self.functions)
 
 
 # ---- names ----------------------------------------------------------------------------------
@@ -246,16 +267,19 @@ def truth_value(text: Text) -> Text:
     return Text(f"{text.at(RELATION)} != {zero(text.type).code}", EQUALITY, BOOLEAN)
 
 
-def mask_to_numbers(mask: Text, target: Type) -> Text:
+def mask_to_numbers(mask: Text, target: Type, helpers: Helpers | None = None) -> Text:
     """A mask as 0/1 numbers of the vector type `target` (true lanes are -1, so negate)."""
     assert mask.lanes is not None
     negated = Text(f"-{mask.at(UNARY)}", UNARY, Type.value(mask.lanes, target.vec_width))
-    return convert(negated, target)
+    return convert(negated, target, None, helpers)
 
 
-def convert(text: Text, target: Type, lanes: DType | None = None) -> Text:
+def convert(
+    text: Text, target: Type, lanes: DType | None = None, helpers: Helpers | None = None
+) -> Text:
     """`text` as a value of the register type `target` (rule 8): floats to integers truncate
-    and saturate, integers wrap, anything to boolean is `!= 0`, scalars broadcast."""
+    and saturate (through a helper in `helpers` that maps NaN to 0, see `saturate`), integers
+    wrap, anything to boolean is `!= 0`, scalars broadcast."""
     source = text.type
     if target.is_pointer or source.is_pointer:
         return text
@@ -264,17 +288,44 @@ def convert(text: Text, target: Type, lanes: DType | None = None) -> Text:
             return to_mask(text, target.vec_width, lanes or text.lanes or DType.INT32)
         return truth_value(text)
     if source.is_bool and source.is_vector:
-        return mask_to_numbers(text, target)
+        return mask_to_numbers(text, target, helpers)
     if source.vec_width != target.vec_width:
-        return broadcast(convert(text, target.scalar()), target.vec_width)
+        return broadcast(convert(text, target.scalar(), None, helpers), target.vec_width)
     if register_name(source, text.lanes) == register_name(target):
         if source == target:
             return text
         return Text(text.code, text.precedence, target, constant=text.constant)
     name = register_name(target)
-    saturate = "_sat" if source.is_float and not target.is_float else ""
+    if source.is_float and not target.is_float:
+        return saturate(text, target, helpers)
     if target.is_vector:
-        return Text(f"convert_{name}{saturate}({text.code})", ATOM, target)
-    if saturate:
-        return Text(f"convert_{name}_sat({text.code})", ATOM, target)
+        return Text(f"convert_{name}({text.code})", ATOM, target)
     return Text(f"({name}){text.at(UNARY)}", UNARY, target)
+
+
+def saturate(text: Text, target: Type, helpers: Helpers | None) -> Text:
+    """Float to integer: truncate toward zero and saturate; NaN gives 0. `convert_<T>_sat`
+    alone is not enough: PoCL 3.0 returns INT_MIN, UINT_MAX, LONG_MIN or ULONG_MAX for NaN
+    (and, once its work-group vectoriser is involved, SHRT_MIN for short), so NaN is replaced
+    by zero first (`select` on `isnan`, whose mask matches the float's lanes)."""
+    name, source = register_name(target), register_name(text.type)
+    zero_code = zero(text.type).code
+    if target.is_vector:
+        zero_code = f"({source})({zero_code})"
+
+    def body(value: str) -> str:
+        if target.is_vector:
+            return f"convert_{name}_sat(select({value}, {zero_code}, isnan({value})))"
+        return f"convert_{name}_sat(isnan({value}) ? {zero_code} : {value})"
+
+    if helpers is None:
+        return Text(body(f"({text.code})"), ATOM, target)
+    helper = f"tile_sat_{name}_{source}"
+    lines = [
+        f"// {source} to {name}: truncate toward zero, saturate, NaN gives 0",
+        f"{name} {helper}({source} x) {{",
+        f"  return {body('x')};",
+        "}",
+    ]
+    helpers.use(helper, "\n".join(lines))
+    return Text(f"{helper}({text.code})", ATOM, target)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from semtree.kernel import Direction, KernelInfo, KernelKind, KernelList, KernelParam
+from semtree.nodes import Lookup, Node, Param, rewrite
 from semtree.types import DType, TensorShape
 from tests.reference import run_kernel_list
 
@@ -61,6 +62,23 @@ def kernel(
         safe_self_aliases=tuple(aliases),
         comments=comments,
     )
+
+
+def with_prefix(function: Function, prefix: str) -> Function:
+    """`function` with its parameters renamed `<prefix><name>`, so that the sample kernels
+    can share one KernelList without their buffers colliding."""
+    names = {param.name for param in function.params}
+
+    def rename(node: Node) -> Node | None:
+        match node:
+            case Lookup(name) if name in names:
+                return Lookup(prefix + name)
+            case Param(name, type_):
+                return Param(prefix + name, type_)
+            case _:
+                return None
+
+    return rewrite(function, rename)  # type: ignore[return-value]
 
 
 def kernel_list(*infos: KernelInfo) -> KernelList:
