@@ -120,8 +120,15 @@ def _unsigned(text: Text, type_: Type) -> Text:
     """A value of the integer type `type_` as the unsigned type whose arithmetic wraps like it
     (`uint` for scalars up to 32 bits, `ulong` for 64, `as_uintN` of the same lanes)."""
     dtype = element_dtype(type_)
+    if text.unsigned is not None and text.type == type_:
+        # `+ - * <<` and negation are the same modulo 2^n for every n, so the untruncated
+        # unsigned form of an earlier result serves as well as the result itself.
+        return text.unsigned
     if type_.is_vector:
         unsigned = UNSIGNED.get(dtype, dtype)
+        if text.constant is not None:
+            scalar = literal(int(text.constant) % 2 ** (8 * dtype.itemsize), Type.value(unsigned))
+            return broadcast(scalar, type_.vec_width)
         full = broadcast(text, type_.vec_width)
         if unsigned is dtype:
             return full
@@ -138,8 +145,8 @@ def _from_unsigned(result: Text, type_: Type) -> Text:
     if _wraps_natively(type_):
         return Text(result.code, result.precedence, type_)
     if is_narrow(type_):
-        return Text(f"({register_name(type_)})({result.code})", UNARY, type_)
-    return Text(f"as_{register_name(type_)}({result.code})", ATOM, type_)
+        return Text(f"({register_name(type_)})({result.code})", UNARY, type_, unsigned=result)
+    return Text(f"as_{register_name(type_)}({result.code})", ATOM, type_, unsigned=result)
 
 
 def _wrapping(op: BinOp, left: Text, right: Text, type_: Type) -> Text:

@@ -82,6 +82,8 @@ class Text:
     lanes: DType | None = None
     constant: int | float | None = None
     factors: tuple[Text, Text] | None = field(default=None, compare=False)  # of a float `*`
+    # The same value in the unsigned domain of wrapping arithmetic, for results of it.
+    unsigned: Text | None = field(default=None, compare=False)
 
     def at(self, precedence: int) -> str:
         """The code, parenthesised when it binds less tightly than `precedence`."""

@@ -11,7 +11,7 @@ import numpy as np
 from semtree.kernel import Direction, KernelInfo, KernelKind, KernelList, KernelParam
 from semtree.nodes import Lookup, Node, Param, rewrite
 from semtree.types import DType, TensorShape
-from tests.reference import run_kernel_list
+from tests.reference import poison, run_kernel, run_kernel_list
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -106,8 +106,9 @@ def upload(device: hal.Device, values: np.ndarray) -> hal.Buffer:
 
 
 def download(buffer: hal.Buffer, dtype: np.dtype, deps: Sequence[hal.Event] = ()) -> np.ndarray:
+    view = buffer.map_current(deps)
     try:
-        return buffer.map_current(deps).view(dtype).copy()
+        return view.view(dtype).copy()
     finally:
         buffer.unmap()
 
@@ -127,7 +128,7 @@ def run_on_device(
     last_write: dict[str, hal.Event] = {}
     reads: dict[str, list[hal.Event]] = {}
     for name, shape in program.shapes.items():
-        if name in program.inputs:
+        if name in inputs:  # program inputs, and initial contents of in-place outputs
             values = np.ascontiguousarray(inputs[name], dtype=shape.dtype.numpy)
         else:  # not the reference's poison: an element the kernel skips cannot agree
             values = np.full(shape.nbytes, _DEVICE_POISON, np.uint8)
@@ -159,7 +160,19 @@ def run_on_device(
 def run_reference(
     program: KernelList, inputs: Mapping[str, np.ndarray], *, native_fp16: bool = False
 ) -> dict[str, np.ndarray]:
-    return run_kernel_list(program, inputs, native_fp16=native_fp16)
+    """The reference interpreter's outputs; `inputs` may also give the initial contents of
+    outputs (for in-place kernels), which are otherwise poisoned."""
+    if all(name in program.inputs for name in inputs):
+        return run_kernel_list(program, inputs, native_fp16=native_fp16)
+    buffers = {}
+    for name, shape in program.shapes.items():
+        if name in inputs:
+            buffers[name] = np.array(inputs[name], dtype=shape.dtype.numpy).reshape(shape.dims)
+        else:
+            buffers[name] = poison(np.empty(shape.dims, shape.dtype.numpy))
+    for info in program.kernels:
+        run_kernel(info, buffers, native_fp16=native_fp16)
+    return {name: buffers[name] for name in program.outputs}
 
 
 def assert_same(name: str, got: np.ndarray, expected: np.ndarray, dtype: DType) -> None:
