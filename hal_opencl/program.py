@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from hal.errors import UnsupportedOnDevice
-from hal_opencl.arithmetic import Helpers
 from hal_opencl.render import OpenCLRenderer, RenderOptions
+from hal_opencl.spelling import Helpers
 from semtree.nodes import Cast, Declare, LimitConst, Param, walk
 from semtree.types import DType
 
