@@ -103,7 +103,7 @@ class ExpressionRenderer(CPrinter):
         self.options = options
         self.helpers = helpers if helpers is not None else Helpers()
 
-    # ---- pointers -----------------------------------------------------------------------------
+    # ---- pointers ------------------------------------------------------------------------
 
     def is_packed(self, pointer: Type) -> bool:
         """Pointers whose elements are accessed with vloadN/vstoreN through a scalar pointer:
@@ -149,7 +149,7 @@ class ExpressionRenderer(CPrinter):
         else:
             base, offset, pointer = packed
             width = str(pointer.vec_width) if pointer.vec_width > 1 else ""
-            half = pointer.dtype is DType.FLOAT16
+            half = pointer.dtype is DType.FLOAT16 and not self.native_fp16
             code = f"{'vload_half' if half else 'vload'}{width}({offset}, {base})"
         if declared.is_bool and declared.is_vector:
             zero = f"({vector_name(DType.INT8, declared.vec_width)})(0)"

@@ -203,7 +203,8 @@ class OpenCLRenderer(ExpressionRenderer):
             return f"{self.lvalue(ref)} = {text.code};"
         base, offset, pointer = packed
         width = str(pointer.vec_width) if pointer.vec_width > 1 else ""
-        function = f"vstore_half{width}" if pointer.dtype is DType.FLOAT16 else f"vstore{width}"
+        half = pointer.dtype is DType.FLOAT16 and not self.native_fp16
+        function = f"vstore_half{width}" if half else f"vstore{width}"
         return f"{function}({text.code}, {offset}, {base});"
 
     def stored(self, value: Expr, target: Type) -> Text:

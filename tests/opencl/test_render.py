@@ -148,3 +148,16 @@ def test_local_declarations_are_hoisted_once() -> None:
     )
     with pytest.raises(UnsupportedNode, match="more than once"):
         render_program(kernel_list(kernel(twice, 4, (4,))), OPTIONS)
+
+
+def test_packed_vectors_of_native_half() -> None:
+    """Width-3 half buffers use vload3/vstore3 when half is native, vload_half3 otherwise."""
+    i, h = sb.global_id(0), sb.var("h")
+    function = sb.function(
+        "halves3", [("h", Type.ptr(DType.FLOAT16, 3))], sb.assign(h[i], h[i] * 2.0)
+    )
+    program = kernel_list(kernel(function, 12, (4,)))
+    native = render_program(program, RenderOptions(native_fp16=True)).text
+    assert "vstore3(vload3((int)get_global_id(0), h) * (half)2.0f" in native
+    emulated = render_program(program, OPTIONS).text
+    assert "vstore_half3(vload_half3((int)get_global_id(0), h) * 2.0f" in emulated
