@@ -14,7 +14,7 @@ import hal
 from hal.events import SettableEvent
 from semtree.types import DType, TensorShape
 
-BACKENDS = ["llvm"]  # "opencl" joins once hal_opencl has a driver
+BACKENDS = ["llvm", "opencl"]
 
 
 @pytest.fixture(scope="module", params=BACKENDS)

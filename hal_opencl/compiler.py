@@ -1,0 +1,227 @@
+"""Build and caching of OpenCL programs: KernelList -> OpenCLLibrary (ARCHITECTURE 6.3).
+
+Place in the pipeline: `OpenCLCompiler.build(kernel_list, device)` checks what the device can
+run (work-group sizes, local memory, float64), renders one program for the whole list
+(`program.render_program`) and builds it with `cl.Program(context, source).build(options)`.
+The executor then prepares kernels from the resulting `OpenCLLibrary`.
+
+- Build options: `-cl-mad-enable` (left out under `settings.disable_mad`), plus
+  `-cl-fast-relaxed-math` under `settings.fast_math`.
+- Caches, fast to slow: the program cache in `tile`; the compiler's in-process cache
+  `(device id, sha256(source), options) -> BuiltProgram` (identical kernels of different Tile
+  programs share one build, and its kernel objects); pyopencl's binary cache where it keeps
+  one; the driver's own cache (PoCL: `POCL_CACHE_DIR`).
+- A program's kernel objects are created once, with `cl.Kernel(program, name)`; each has a
+  lock, because a `cl.Kernel` holds its arguments between `set_args` and the enqueue.
+- A failed build raises `BackendCompileError` with the driver's log and the generated source.
+- `TILE_DUMP_DIR`: every program's source is written to `<dir>/<sha256 of source>.cl`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+import warnings
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pyopencl as cl
+
+from hal.errors import BackendCompileError, HalError, UnsupportedOnDevice
+from hal.interfaces import Compiler, Library
+from hal_opencl.program import ProgramSource, render_program
+from hal_opencl.render import RenderOptions, hoisted_locals
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from hal_opencl.device import OpenCLDevice
+    from semtree.kernel import KernelList
+
+    Renderer = Callable[[KernelList, RenderOptions], ProgramSource]
+
+_CACHED_PROGRAMS = 256
+
+
+@dataclass(slots=True)
+class BuiltProgram:
+    """A built program with one kernel object (and its lock) per kernel."""
+
+    program: cl.Program
+    kernels: dict[str, cl.Kernel]
+    locks: dict[str, threading.Lock]
+    seconds: float
+    log: str = field(repr=False)
+
+
+def build_log(program: cl.Program, cl_device: cl.Device) -> str:
+    try:
+        return str(program.get_build_info(cl_device, cl.program_build_info.LOG) or "")
+    except cl.Error:
+        return ""
+
+
+def build_program(
+    context: cl.Context,
+    cl_device: cl.Device,
+    source: str,
+    options: tuple[str, ...],
+    kernel_names: tuple[str, ...],
+    *,
+    name: str = "program",
+    device: str = "the OpenCL device",
+) -> BuiltProgram:
+    """Build `source` for one device and create its kernel objects; raise
+    BackendCompileError (log and source attached) when the driver rejects it."""
+    start = time.perf_counter()
+    program = cl.Program(context, source)
+    with warnings.catch_warnings():  # the log is kept on the result instead
+        warnings.simplefilter("ignore", cl.CompilerWarning)
+        try:
+            program.build(options=list(options), devices=[cl_device])
+        except cl.Error as error:
+            log = build_log(program, cl_device).strip() or str(error)
+            message = f"the OpenCL compiler of {device} rejected {name!r}"
+            raise BackendCompileError(name, source, log, message) from error
+    kernels = {kernel: cl.Kernel(program, kernel) for kernel in kernel_names}
+    locks = {kernel: threading.Lock() for kernel in kernel_names}
+    seconds = time.perf_counter() - start
+    return BuiltProgram(program, kernels, locks, seconds, build_log(program, cl_device))
+
+
+class OpenCLLibrary(Library):
+    """The kernels of one KernelList on one OpenCL device (`built` is None when every kernel
+    is a ZERO or COPY kernel, which need no code)."""
+
+    def __init__(
+        self,
+        kernel_list: KernelList,
+        program_source: ProgramSource,
+        built: BuiltProgram | None,
+        options: tuple[str, ...],
+    ) -> None:
+        self.kernel_list = kernel_list
+        self.program_source = program_source
+        self.built = built
+        self.options = options
+
+    def source(self, index: int) -> str:
+        info = self.kernel_list.kernels[index]
+        text = self.program_source.kernel_source(index)
+        if text is None:
+            return f"// {info.name}: {info.kind.value} kernel, run as a buffer fill or copy\n"
+        return text
+
+    def entry(self, index: int) -> tuple[cl.Kernel, threading.Lock]:
+        """The kernel object of kernel `index` and the lock that guards its arguments."""
+        name = self.program_source.entry_points[index]
+        if name is None or self.built is None:
+            info = self.kernel_list.kernels[index]
+            raise HalError(f"kernel {info.name!r} has no body and therefore no entry point")
+        return self.built.kernels[name], self.built.locks[name]
+
+    @property
+    def build_log(self) -> str:
+        return "" if self.built is None else self.built.log
+
+
+def _program_name(kernel_list: KernelList) -> str:
+    names = [info.name for info in kernel_list.kernels]
+    if not names:
+        return "empty program"
+    return names[0] if len(names) == 1 else f"{names[0]} and {len(names) - 1} more"
+
+
+def check_launches(kernel_list: KernelList, device: OpenCLDevice) -> None:
+    """Raise UnsupportedOnDevice for work-groups or local memory the device cannot give."""
+    capabilities = device.capabilities
+    for info in kernel_list.kernels:
+        local = tuple(info.local_size)
+        count = local[0] * local[1] * local[2]
+        too_wide = any(
+            size > limit
+            for size, limit in zip(local, capabilities.max_work_item_sizes, strict=True)
+        )
+        if count > capabilities.max_work_group_size or too_wide:
+            raise UnsupportedOnDevice(
+                f"kernel {info.name!r} has work-groups of {local}; {device.id} allows at most "
+                f"{capabilities.max_work_group_size} work-items, "
+                f"{tuple(capabilities.max_work_item_sizes)} per dimension"
+            )
+        if info.body is None:
+            continue
+        local_bytes = 0
+        for declare in hoisted_locals(info.body):
+            type_ = declare.type
+            assert type_.dtype is not None
+            lanes = 4 if type_.vec_width == 3 else type_.vec_width
+            local_bytes += max(1, type_.array) * lanes * type_.dtype.itemsize
+        if local_bytes > capabilities.local_memory:
+            raise UnsupportedOnDevice(
+                f"kernel {info.name!r} needs {local_bytes} bytes of local memory; {device.id} "
+                f"has {capabilities.local_memory}"
+            )
+
+
+class OpenCLCompiler(Compiler):
+    """KernelList -> OpenCLLibrary, with an in-process cache of built programs."""
+
+    def __init__(self, renderer: Renderer | None = None, cache_size: int = _CACHED_PROGRAMS):
+        self.renderer: Renderer = renderer or render_program
+        self.cache_size = cache_size
+        self.builds = 0  # programs actually built (cache misses)
+        self._cache: OrderedDict[tuple[str, str, tuple[str, ...]], BuiltProgram] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def build(self, kernel_list: KernelList, device: OpenCLDevice) -> OpenCLLibrary:  # type: ignore[override]
+        if not hasattr(device, "queue") or not hasattr(device, "capabilities"):
+            raise TypeError(f"an OpenCL compiler cannot build for {device!r}")
+        check_launches(kernel_list, device)
+        settings = device.settings
+        render_options = RenderOptions.for_device(settings, f"{device.id} ({device.description})")
+        program_source = self.renderer(kernel_list, render_options)
+        options = ("-cl-mad-enable",) if not settings.disable_mad else ()
+        if settings.fast_math:
+            options += ("-cl-fast-relaxed-math",)
+        names = tuple(dict.fromkeys(n for n in program_source.entry_points if n is not None))
+        if not names:
+            return OpenCLLibrary(kernel_list, program_source, None, options)
+        digest = hashlib.sha256(program_source.text.encode()).hexdigest()
+        _dump(program_source.text, digest)
+        key = (device.id, digest, options)
+        with self._lock:
+            built = self._cache.get(key)
+            if built is None:
+                queue = device.queue
+                built = build_program(
+                    queue.context,
+                    device.cl_device,
+                    program_source.text,
+                    options,
+                    names,
+                    name=_program_name(kernel_list),
+                    device=f"{device.id} ({device.description})",
+                )
+                self.builds += 1
+                self._cache[key] = built
+                while len(self._cache) > self.cache_size:
+                    self._cache.popitem(last=False)
+            else:
+                self._cache.move_to_end(key)
+        return OpenCLLibrary(kernel_list, program_source, built, options)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._cache.clear()
+
+
+def _dump(source: str, digest: str) -> None:
+    directory = os.environ.get("TILE_DUMP_DIR")
+    if directory:
+        path = Path(directory)
+        path.mkdir(parents=True, exist_ok=True)
+        (path / f"{digest[:16]}.cl").write_text(source)

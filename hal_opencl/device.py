@@ -1,0 +1,250 @@
+"""OpenCL devices: enumeration, capabilities and settings (ARCHITECTURE 6.1, Appendix C).
+
+Place in the pipeline: the registry calls `hal_opencl.make_driver()`, which lands here. Every
+platform is a device set; devices are numbered across platforms in enumeration order as
+`opencl.0`, `opencl.1`, ... Each device reports its capabilities (half, double, largest
+allocation, local memory, compute units, ...) and the `HardwareSettings` the kernel generator
+targets: CPU devices (PoCL) get the OpenCL CPU preset (one work-item per work-group, operands
+read from global memory, vector strips), GPUs the GPU preset (work-group tiling through local
+memory). A device's context and in-order queue (`queue.DeviceQueue`) are created on first use.
+
+This module, `executor.py`, `memory.py`, `queue.py` and `compiler.py` import pyopencl; the
+package itself does not, so a machine without OpenCL imports everything and runs `llvm_cpu.0`.
+A missing ICD, no platform or no device becomes `DeviceUnavailableError`, which the registry
+records as the OpenCL backend's failure.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pyopencl as cl
+
+from hal.errors import DeviceUnavailableError
+from hal.interfaces import Device, DeviceKind, DeviceSet, Driver
+from hal_opencl.executor import OpenCLExecutor
+from hal_opencl.queue import DeviceQueue
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from hal_opencl.compiler import OpenCLCompiler
+    from semtree.kernel import HardwareSettings
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What one OpenCL device offers, read once at enumeration."""
+
+    platform: str
+    name: str
+    version: str
+    kind: DeviceKind
+    extensions: tuple[str, ...]
+    fp16: bool  # cl_khr_fp16: half arithmetic (half storage works everywhere)
+    fp64: bool  # cl_khr_fp64
+    max_allocation: int  # bytes in one buffer
+    global_memory: int
+    local_memory: int  # bytes of __local memory per work-group
+    compute_units: int
+    max_work_group_size: int
+    max_work_item_sizes: tuple[int, int, int]
+    host_unified_memory: bool
+    base_address_alignment: int  # bytes; sub-buffer offsets are multiples of this
+    cacheline: int
+    preferred_vector_width_float: int
+    map_invalidate: bool  # CL_MAP_WRITE_INVALIDATE_REGION (OpenCL 1.2 and later)
+
+    def summary(self) -> str:
+        features = [name for name, flag in (("fp16", self.fp16), ("fp64", self.fp64)) if flag]
+        return (
+            f"{self.kind.value}, {self.compute_units} compute units, "
+            f"{self.global_memory // 2**20} MiB, local {self.local_memory // 1024} KiB, "
+            f"work-groups up to {self.max_work_group_size}, {' '.join(features) or 'fp32 only'}"
+        )
+
+
+def device_kind(type_bits: int) -> DeviceKind:
+    """The kind from the `device.type` bit field (not `device_type.to_string`, which prints
+    "ALL | CPU" on PoCL; ARCHITECTURE A.2)."""
+    if type_bits & cl.device_type.GPU:
+        return DeviceKind.GPU
+    if type_bits & cl.device_type.CPU:
+        return DeviceKind.CPU
+    if type_bits & cl.device_type.ACCELERATOR:
+        return DeviceKind.ACCELERATOR
+    return DeviceKind.OTHER
+
+
+def _version(version: str) -> tuple[int, int]:
+    """(major, minor) of "OpenCL 3.0 PoCL ..."; (1, 0) when unreadable."""
+    try:
+        major, minor = version.split()[1].split(".")[:2]
+        return int(major), int(minor)
+    except (IndexError, ValueError):
+        return 1, 0
+
+
+def query_capabilities(cl_device: cl.Device) -> Capabilities:
+    extensions = tuple(sorted(cl_device.extensions.split()))
+    sizes = (*tuple(cl_device.max_work_item_sizes), 1, 1, 1)
+    version = cl_device.version.strip()
+    return Capabilities(
+        platform=cl_device.platform.name.strip(),
+        name=cl_device.name.strip(),
+        version=version,
+        kind=device_kind(int(cl_device.type)),
+        extensions=extensions,
+        fp16="cl_khr_fp16" in extensions,
+        fp64="cl_khr_fp64" in extensions,
+        max_allocation=int(cl_device.max_mem_alloc_size),
+        global_memory=int(cl_device.global_mem_size),
+        local_memory=int(cl_device.local_mem_size),
+        compute_units=int(cl_device.max_compute_units),
+        max_work_group_size=int(cl_device.max_work_group_size),
+        max_work_item_sizes=(int(sizes[0]), int(sizes[1]), int(sizes[2])),
+        host_unified_memory=bool(cl_device.host_unified_memory),
+        base_address_alignment=max(1, int(cl_device.mem_base_addr_align) // 8),
+        cacheline=int(cl_device.global_mem_cacheline_size),
+        preferred_vector_width_float=max(1, int(cl_device.preferred_vector_width_float)),
+        map_invalidate=_version(version) >= (1, 2),
+    )
+
+
+def hardware_settings(capabilities: Capabilities) -> HardwareSettings:
+    """The generator's settings for a device (Appendix C): the CPU preset for CPU devices,
+    the GPU preset for everything else."""
+    # Imported here: listing devices must not import the kernel IR (or the renderer).
+    settings_class = importlib.import_module("semtree.kernel").HardwareSettings
+    if capabilities.kind is DeviceKind.CPU:
+        return settings_class.opencl_cpu(
+            max_work_group_size=capabilities.max_work_group_size,
+            max_work_item_sizes=capabilities.max_work_item_sizes,
+            max_compute_units=capabilities.compute_units,
+            preferred_vector_width_float=capabilities.preferred_vector_width_float,
+            global_mem_cacheline_size=capabilities.cacheline,
+            extensions=capabilities.extensions,
+        )
+    return settings_class.opencl_gpu(
+        max_work_group_size=capabilities.max_work_group_size,
+        max_work_item_sizes=capabilities.max_work_item_sizes,
+        local_mem_size=capabilities.local_memory,
+        max_compute_units=capabilities.compute_units,
+        global_mem_cacheline_size=capabilities.cacheline,
+        extensions=capabilities.extensions,
+    )
+
+
+class OpenCLDevice(Device):
+    """One OpenCL device: `opencl.<index>`, with its own context and in-order queue."""
+
+    def __init__(self, index: int, cl_device: cl.Device, *, profiling: bool | None = None) -> None:
+        self.cl_device = cl_device
+        self.capabilities = query_capabilities(cl_device)
+        self.id = f"opencl.{index}"
+        self.description = f"{self.capabilities.platform}: {self.capabilities.name}"
+        self.kind = self.capabilities.kind
+        self._settings: HardwareSettings | None = None  # built on first use
+        self._compiler: OpenCLCompiler | None = None
+        self.executor = OpenCLExecutor(self)
+        self._profiling = profiling  # None: TILE_PROFILE decides when the queue is made
+        self._queue: DeviceQueue | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def settings(self) -> HardwareSettings:  # type: ignore[override]
+        """The kernel generator's settings for this device (Appendix C)."""
+        if self._settings is None:
+            self._settings = hardware_settings(self.capabilities)
+        return self._settings
+
+    @property
+    def compiler(self) -> OpenCLCompiler:  # type: ignore[override]
+        """The device's compiler (and program cache), made on first use."""
+        if self._compiler is None:
+            with self._lock:
+                if self._compiler is None:
+                    module = importlib.import_module("hal_opencl.compiler")
+                    self._compiler = module.OpenCLCompiler()
+        return self._compiler
+
+    @property
+    def queue(self) -> DeviceQueue:
+        """The device's context and in-order queue, created on first use."""
+        queue = self._queue
+        if queue is None:
+            with self._lock:
+                if self._queue is None:
+                    self._queue = DeviceQueue(self.id, self.cl_device, profiling=self._profiling)
+                queue = self._queue
+        return queue
+
+    def flush(self) -> None:
+        if self._queue is not None:
+            self._queue.flush()
+
+    def close(self) -> None:
+        """Finish queued work and stop the submitter thread; cached programs are dropped."""
+        with self._lock:
+            queue, self._queue = self._queue, None
+        if queue is not None:
+            queue.close()
+        if self._compiler is not None:
+            self._compiler.clear()
+
+
+class OpenCLDeviceSet(DeviceSet):
+    """The devices of one OpenCL platform."""
+
+    def __init__(self, name: str, devices: Sequence[OpenCLDevice]) -> None:
+        self.name = name
+        self.devices = tuple(devices)
+
+
+class OpenCLDriver(Driver):
+    """The OpenCL backend: one device set per platform that has devices."""
+
+    name = "opencl"
+    id_prefix = "opencl"
+
+    def __init__(self, *, profiling: bool | None = None) -> None:
+        try:
+            platforms = cl.get_platforms()
+        except cl.Error as error:  # no ICD loader configuration, no platform
+            raise DeviceUnavailableError(self.name, f"no OpenCL platform: {error}") from error
+        if not platforms:
+            raise DeviceUnavailableError(self.name, "no OpenCL platform is installed")
+        sets: list[OpenCLDeviceSet] = []
+        self.skipped: list[str] = []  # platforms that listed no usable device, and why
+        index = 0
+        for platform in platforms:
+            try:
+                cl_devices = platform.get_devices()
+            except cl.Error as error:
+                self.skipped.append(f"{platform.name}: {error}")
+                continue
+            devices = []
+            for cl_device in cl_devices:
+                devices.append(OpenCLDevice(index, cl_device, profiling=profiling))
+                index += 1
+            if devices:
+                sets.append(OpenCLDeviceSet(platform.name.strip(), devices))
+        if not sets:
+            detail = "; ".join(self.skipped) or "the platforms list no devices"
+            raise DeviceUnavailableError(self.name, f"no OpenCL device: {detail}")
+        self._sets = tuple(sets)
+
+    def device_sets(self) -> Sequence[OpenCLDeviceSet]:
+        return self._sets
+
+    def close(self) -> None:
+        for device in self.devices():
+            device.close()
+
+
+def make_driver() -> OpenCLDriver:
+    """The registry's entry point for the "opencl" backend."""
+    return OpenCLDriver()

@@ -1,0 +1,227 @@
+"""Execution on an OpenCL device: the executor and prepared kernels (ARCHITECTURE 6.4).
+
+Place in the pipeline: after `compiler.py` built an `OpenCLLibrary`, `OpenCLExecutor.prepare`
+makes each kernel launchable; `OpenCLKernel.run` sets the buffer arguments and enqueues an
+NDRange once the dependencies allow (`queue.DeviceQueue.submit`). ZERO and COPY kernels (no
+body) run as `clEnqueueFillBuffer` / `clEnqueueCopyBuffer`.
+
+Per launch: the buffers are checked (kind and size), then, under the kernel object's lock
+(`set_args` and the enqueue must not interleave with another thread's), `kernel.set_args(...)`
+and `cl.enqueue_nd_range_kernel(queue, kernel, global_size, local_size or None)`. A grid
+with an empty dimension enqueues a marker, so its event still follows its dependencies.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyopencl as cl
+
+from hal.errors import HalError, UnsupportedOnDevice
+from hal.interfaces import Executor, Kernel
+from hal_opencl.memory import OpenCLArena, OpenCLBuffer
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from hal.interfaces import Buffer, Event, Library
+    from hal_opencl.compiler import OpenCLLibrary
+    from hal_opencl.device import OpenCLDevice
+    from hal_opencl.queue import DeviceQueue, OpenCLEvent
+    from semtree.kernel import KernelParam
+
+
+def param_bytes(param: KernelParam) -> int:
+    """Bytes a kernel may touch through `param`: the whole tensor."""
+    return math.prod(param.shape) * param.dtype.itemsize
+
+
+class OpenCLExecutor(Executor):
+    """Buffers, copies, fills and kernel preparation for one OpenCL device."""
+
+    def __init__(self, device: OpenCLDevice) -> None:
+        self.device = device
+        self.buffer_alignment = max(64, device.capabilities.base_address_alignment)
+
+    @property
+    def queue(self) -> DeviceQueue:
+        return self.device.queue
+
+    def _buffer(self, buffer: Buffer, role: str) -> OpenCLBuffer:
+        if not isinstance(buffer, OpenCLBuffer) or buffer.queue is not self.queue:
+            raise TypeError(f"{role} must be a buffer of {self.device.id}, not {buffer!r}")
+        return buffer
+
+    def _allocate(self, size: int) -> cl.Buffer:
+        capabilities = self.device.capabilities
+        if size > capabilities.max_allocation:
+            raise UnsupportedOnDevice(
+                f"{self.device.id} cannot allocate {size} bytes in one buffer (at most "
+                f"{capabilities.max_allocation})"
+            )
+        if size < 0:
+            raise ValueError(f"a buffer size cannot be negative ({size})")
+        flags = cl.mem_flags.READ_WRITE
+        if capabilities.host_unified_memory:
+            flags |= cl.mem_flags.ALLOC_HOST_PTR  # maps are zero-copy on the host's memory
+        return cl.Buffer(self.queue.context, flags, max(size, 1))
+
+    def allocate(self, size: int) -> OpenCLBuffer:
+        invalidate = self.device.capabilities.map_invalidate
+        return OpenCLBuffer(
+            self.device, self.queue, self._allocate(size), size, invalidate=invalidate
+        )
+
+    def make_arena(self, size: int) -> OpenCLArena:
+        invalidate = self.device.capabilities.map_invalidate
+        return OpenCLArena(
+            self.device,
+            self.queue,
+            self._allocate(size),
+            size,
+            self.buffer_alignment,
+            invalidate=invalidate,
+        )
+
+    def prepare(self, library: Library, index: int) -> OpenCLKernel:
+        # Checked by shape: importing the compiler here would import the kernel IR on listing.
+        if not hasattr(library, "entry") or not hasattr(library, "program_source"):
+            raise TypeError(f"{self.device.id} cannot run {library!r}")
+        return OpenCLKernel(self, library, index)  # type: ignore[arg-type]
+
+    def copy(
+        self,
+        src: Buffer,
+        src_offset: int,
+        dst: Buffer,
+        dst_offset: int,
+        size: int,
+        deps: Sequence[Event] = (),
+    ) -> OpenCLEvent:
+        source = self._buffer(src, "the copy source")
+        target = self._buffer(dst, "the copy destination")
+        for buffer, offset, role in ((source, src_offset, "source"), (target, dst_offset, "dest")):
+            if offset < 0 or size < 0 or offset + size > buffer.size:
+                raise ValueError(
+                    f"copy {role} range [{offset}, {offset + size}) leaves a buffer of "
+                    f"{buffer.size} bytes"
+                )
+        queue = self.queue.queue
+        label = f"copy of {size} bytes"
+        if size == 0:
+            return self.queue.submit(label, lambda: cl.enqueue_marker(queue), deps)
+        source_handle, target_handle = source.cl_buffer, target.cl_buffer
+        start, end = source.offset + src_offset, target.offset + dst_offset
+        if source.allocation is target.allocation and abs(start - end) < size:
+            # OpenCL refuses overlapping copies (CL_MEM_COPY_OVERLAP): go through a temporary.
+            temporary = cl.Buffer(self.queue.context, cl.mem_flags.READ_WRITE, size)
+
+            def staged() -> cl.Event:
+                cl.enqueue_copy(
+                    queue, temporary, source_handle, byte_count=size, src_offset=src_offset
+                )
+                return cl.enqueue_copy(
+                    queue, target_handle, temporary, byte_count=size, dst_offset=dst_offset
+                )
+
+            return self.queue.submit(label, staged, deps)
+
+        def direct() -> cl.Event:
+            return cl.enqueue_copy(
+                queue,
+                target_handle,
+                source_handle,
+                byte_count=size,
+                src_offset=src_offset,
+                dst_offset=dst_offset,
+            )
+
+        return self.queue.submit(label, direct, deps)
+
+    def fill_zero(self, dst: Buffer, deps: Sequence[Event] = ()) -> OpenCLEvent:
+        target = self._buffer(dst, "the fill destination")
+        return self.fill_zero_bytes(target, target.size, deps, f"zero fill of {target.size} bytes")
+
+    def fill_zero_bytes(
+        self, target: OpenCLBuffer, size: int, deps: Sequence[Event], label: str
+    ) -> OpenCLEvent:
+        """Zero the first `size` bytes of `target` (4-byte pattern when the size allows)."""
+        queue, handle = self.queue.queue, target.cl_buffer
+        if size == 0:
+            return self.queue.submit(label, lambda: cl.enqueue_marker(queue), deps)
+        pattern = np.uint32(0) if size % 4 == 0 else np.uint8(0)
+        return self.queue.submit(
+            label, lambda: cl.enqueue_fill_buffer(queue, handle, pattern, 0, size), deps
+        )
+
+    def flush(self) -> None:
+        self.device.flush()
+
+
+class OpenCLKernel(Kernel):
+    """One prepared kernel of an OpenCLLibrary: its kernel object and launch shape."""
+
+    def __init__(self, executor: OpenCLExecutor, library: OpenCLLibrary, index: int) -> None:
+        info = library.kernel_list.kernels[index]
+        self.info = info
+        self.library = library
+        self._executor = executor
+        self._sizes = tuple(param_bytes(param) for param in info.params)
+        self._label = f"kernel {info.name}"
+        # Compared by value, so the backend needs no import of semtree.kernel here.
+        self._trivial = info.kind.value if info.body is None else None
+        if self._trivial not in (None, "zero", "copy"):
+            raise HalError(f"kernel {info.name!r} of kind {self._trivial!r} has no body")
+        self._entry = library.entry(index) if self._trivial is None else None
+        self._global = tuple(info.global_size)
+        self._local = tuple(info.local_size) if any(info.local_size) else None
+        self._empty = 0 in self._global
+
+    def _check(self, params: Sequence[Buffer]) -> tuple[OpenCLBuffer, ...]:
+        buffers = tuple(params)
+        if len(buffers) != len(self._sizes):
+            raise ValueError(
+                f"{self._label} takes {len(self._sizes)} buffers, {len(buffers)} were given"
+            )
+        for index, buffer in enumerate(buffers):
+            role = f"parameter {self.info.params[index].name!r} of {self._label}"
+            checked = self._executor._buffer(buffer, role)
+            if checked.size < self._sizes[index]:
+                raise ValueError(
+                    f"{role} needs {self._sizes[index]} bytes; the buffer has {checked.size}"
+                )
+        return buffers  # type: ignore[return-value] (checked above)
+
+    def run(
+        self, params: Sequence[Buffer], deps: Sequence[Event] = (), *, profile: bool = False
+    ) -> OpenCLEvent:
+        """Launch once `deps` complete. Durations come from the queue's profiling
+        (`TILE_PROFILE=1`), not from `profile`, which OpenCL cannot enable per command."""
+        buffers = self._check(params)
+        executor = self._executor
+        if self._trivial == "zero":
+            return executor.fill_zero_bytes(buffers[0], self._sizes[0], deps, self._label)
+        if self._trivial == "copy":
+            size = min(self._sizes[0], self._sizes[1])
+            return executor.copy(buffers[1], 0, buffers[0], 0, size, deps)
+        queue = executor.queue.queue
+        enqueue: Callable[[], cl.Event]
+        if self._empty:
+            enqueue = lambda: cl.enqueue_marker(queue)  # noqa: E731 (nothing to launch)
+        else:
+            assert self._entry is not None
+            kernel, lock = self._entry
+            handles = [buffer.cl_buffer for buffer in buffers]
+            global_size, local_size = self._global, self._local
+
+            def enqueue() -> cl.Event:
+                with lock:
+                    kernel.set_args(*handles)
+                    return cl.enqueue_nd_range_kernel(queue, kernel, global_size, local_size)
+
+        return executor.queue.submit(self._label, enqueue, deps)
+
+    def __repr__(self) -> str:
+        return f"<OpenCLKernel {self.info.name} over {self._global}>"

@@ -1,0 +1,149 @@
+"""Device memory of the OpenCL back end: buffers, host maps and arenas (ARCHITECTURE 6.5).
+
+Place in the pipeline: the executor allocates `OpenCLBuffer`s; kernels receive their
+`cl_buffer`s as arguments; the device layer of `tile` maps them to write inputs and read
+outputs. Memory is allocated with `ALLOC_HOST_PTR` on host-unified devices (CPUs such as PoCL,
+integrated GPUs), where a map is the same host memory every time (zero copy), and as plain
+device memory on discrete GPUs, where a map makes the driver transfer.
+
+Maps are blocking `clEnqueueMapBuffer`s after the given events (waited for on the host, so
+that a failed dependency raises); `unmap()` enqueues the unmap and returns its event. Maps
+nest, as in OpenCL: each `unmap()` ends the most recent one. A zero-byte buffer holds a
+one-byte allocation (OpenCL has no empty buffers) and maps to an empty array.
+
+An `OpenCLArena` is one buffer whose parts are sub-buffers (`get_sub_region`) at offsets that
+are multiples of the device's base address alignment (`mem_base_addr_align`, 128 bytes on PoCL).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyopencl as cl
+
+from hal.errors import HalError
+from hal.events import CompletedEvent, wait_all
+from hal.interfaces import Arena, Buffer
+from hal_opencl.queue import OpenCLEvent
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from hal.interfaces import Device, Event
+    from hal_opencl.queue import DeviceQueue
+
+
+class OpenCLBuffer(Buffer):
+    """`size` bytes of device memory: a `cl.Buffer`, or a sub-buffer of an arena's.
+
+    `allocation` is the `cl.Buffer` the bytes live in and `offset` where they start in it
+    (copies between overlapping ranges of one allocation are staged through a temporary)."""
+
+    def __init__(
+        self,
+        device: Device,
+        queue: DeviceQueue,
+        cl_buffer: cl.Buffer,
+        size: int,
+        *,
+        allocation: cl.Buffer | None = None,
+        offset: int = 0,
+        invalidate: bool = True,
+    ) -> None:
+        self.device = device
+        self.queue = queue
+        self.cl_buffer = cl_buffer
+        self.size = size
+        self.allocation = cl_buffer if allocation is None else allocation
+        self.offset = offset
+        self._invalidate = invalidate  # WRITE_INVALIDATE_REGION exists (OpenCL 1.2 and later)
+        self._lock = threading.Lock()
+        self._maps: list[np.ndarray] = []
+
+    def _map(self, deps: Sequence[Event], flags: int) -> np.ndarray:
+        wait_all(deps)
+        if self.size == 0:
+            array = np.empty(0, np.uint8)
+        else:
+            array, _ = cl.enqueue_map_buffer(
+                self.queue.queue, self.cl_buffer, flags, 0, (self.size,), np.uint8, is_blocking=True
+            )
+        with self._lock:
+            self._maps.append(array)
+        return array
+
+    def map_current(self, deps: Sequence[Event] = (), *, writable: bool = False) -> np.ndarray:
+        flags = cl.map_flags.READ | (cl.map_flags.WRITE if writable else 0)
+        array = self._map(deps, flags)
+        if writable:
+            return array
+        view = array.view()
+        view.flags.writeable = False
+        return view
+
+    def map_discard(self, deps: Sequence[Event] = ()) -> np.ndarray:
+        invalidate = cl.map_flags.WRITE_INVALIDATE_REGION if self._invalidate else 0
+        return self._map(deps, invalidate or cl.map_flags.WRITE)
+
+    def unmap(self) -> Event:
+        """End the most recent map. Raises HalError when the buffer is not mapped."""
+        with self._lock:
+            if not self._maps:
+                raise HalError(f"{self!r} is not mapped")
+            array = self._maps.pop()
+        if array.size == 0:
+            return CompletedEvent()
+        cl_event = array.base.release(self.queue.queue)
+        return OpenCLEvent.enqueued(self.queue, f"unmap of {self.size} bytes", cl_event)
+
+    @property
+    def is_mapped(self) -> bool:
+        return bool(self._maps)
+
+    def __repr__(self) -> str:
+        where = f" at offset {self.offset}" if self.allocation is not self.cl_buffer else ""
+        return f"<OpenCLBuffer {self.size} bytes{where} on {self.device.id}>"
+
+
+class OpenCLArena(Arena):
+    """One allocation; `make_buffer` places sub-buffers in it without copying."""
+
+    def __init__(
+        self,
+        device: Device,
+        queue: DeviceQueue,
+        cl_buffer: cl.Buffer,
+        size: int,
+        alignment: int,
+        *,
+        invalidate: bool = True,
+    ) -> None:
+        self.device = device
+        self.queue = queue
+        self.cl_buffer = cl_buffer
+        self.size = size
+        self.alignment = alignment
+        self._invalidate = invalidate
+
+    def make_buffer(self, offset: int, size: int) -> OpenCLBuffer:
+        if offset % self.alignment:
+            raise ValueError(f"arena offset {offset} is not a multiple of {self.alignment}")
+        if offset < 0 or size < 0 or offset + size > self.size:
+            raise ValueError(
+                f"bytes [{offset}, {offset + size}) do not fit an arena of {self.size} bytes"
+            )
+        part = self.cl_buffer if size == 0 else self.cl_buffer.get_sub_region(offset, size)
+        return OpenCLBuffer(
+            self.device,
+            self.queue,
+            part,
+            size,
+            allocation=self.cl_buffer,
+            offset=offset,
+            invalidate=self._invalidate,
+        )
+
+    def __repr__(self) -> str:
+        return f"<OpenCLArena {self.size} bytes on {self.device.id}>"

@@ -1,0 +1,140 @@
+"""Enumeration, capabilities and settings of OpenCL devices (ARCHITECTURE 6.1, Appendix C),
+the registry's view of the backend, failures to start, and lazy imports."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import pyopencl as cl
+import pytest
+
+import hal
+from hal import registry
+from hal.interfaces import DeviceKind
+from hal_opencl import device as opencl_device
+from hal_opencl.device import OpenCLDriver, device_kind, hardware_settings
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_devices_are_numbered_and_described(device: hal.Device) -> None:
+    driver = hal.get_driver("opencl")
+    assert driver.name == "opencl" and driver.id_prefix == "opencl"
+    devices = driver.devices()
+    assert [d.id for d in devices] == [f"opencl.{n}" for n in range(len(devices))]
+    assert devices[0] is device
+    capabilities = device.capabilities  # type: ignore[attr-defined]
+    assert device.description == f"{capabilities.platform}: {capabilities.name}"
+    cl_device = device.cl_device  # type: ignore[attr-defined]
+    assert capabilities.compute_units == cl_device.max_compute_units
+    assert capabilities.local_memory == cl_device.local_mem_size
+    assert capabilities.max_allocation == cl_device.max_mem_alloc_size
+    assert capabilities.fp64 == ("cl_khr_fp64" in cl_device.extensions)
+    assert capabilities.fp16 == ("cl_khr_fp16" in cl_device.extensions)
+    assert capabilities.base_address_alignment == cl_device.mem_base_addr_align // 8
+    assert capabilities.summary()
+    assert driver.device_sets()[0].name == capabilities.platform
+
+
+def test_registry_lists_llvm_first_then_opencl() -> None:
+    devices, failures = registry.enumerate()
+    ids = [d.id for d in devices]
+    assert ids[0] == "llvm_cpu.0" and "opencl.0" in ids
+    assert not [f for f in failures if f.backend == "opencl"]
+
+
+def test_cpu_settings_follow_appendix_c(device: hal.Device) -> None:
+    capabilities = device.capabilities  # type: ignore[attr-defined]
+    settings = device.settings
+    if device.kind is not DeviceKind.CPU:
+        pytest.skip("the CPU preset applies to CPU devices")
+    assert settings.threads == 1 and settings.use_global
+    assert settings.vec_size == min(8, capabilities.preferred_vector_width_float)
+    assert (settings.max_mem, settings.max_regs, settings.goal_flops_per_byte) == (32768, 1536, 16)
+    assert settings.goal_groups == 4 * capabilities.compute_units
+    assert settings.goal_dim_sizes == capabilities.max_work_item_sizes
+    assert settings.max_work_group_size == capabilities.max_work_group_size
+    assert settings.native_fp16 == capabilities.fp16 and settings.fp64 == capabilities.fp64
+    assert not settings.fast_math
+
+
+def test_gpu_settings_follow_appendix_c(device: hal.Device) -> None:
+    capabilities = dataclasses.replace(
+        device.capabilities,  # type: ignore[attr-defined]
+        kind=DeviceKind.GPU,
+        max_work_group_size=1024,
+        local_memory=49152,
+        compute_units=80,
+        fp16=True,
+        extensions=("cl_khr_fp16", "cl_khr_fp64"),
+    )
+    settings = hardware_settings(capabilities)
+    assert settings.threads == 256 and not settings.use_global
+    assert (settings.max_mem, settings.goal_groups, settings.vec_size) == (49152, 320, 1)
+    assert settings.native_fp16 and settings.fp64
+
+
+def test_device_kinds_from_type_bits() -> None:
+    assert device_kind(cl.device_type.GPU) is DeviceKind.GPU
+    assert device_kind(cl.device_type.CPU | cl.device_type.DEFAULT) is DeviceKind.CPU
+    assert device_kind(cl.device_type.ACCELERATOR) is DeviceKind.ACCELERATOR
+    assert device_kind(cl.device_type.CUSTOM) is DeviceKind.OTHER
+
+
+def test_no_platform_is_a_device_unavailable_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(opencl_device.cl, "get_platforms", list)
+    with pytest.raises(hal.DeviceUnavailableError, match="no OpenCL platform"):
+        OpenCLDriver()
+
+    def broken() -> list[cl.Platform]:
+        raise cl.LogicError(
+            cl._cl._ErrorRecord("PLATFORM_NOT_FOUND_KHR", -1001, "clGetPlatformIDs")
+        )
+
+    monkeypatch.setattr(opencl_device.cl, "get_platforms", broken)
+    with pytest.raises(hal.DeviceUnavailableError, match="PLATFORM_NOT_FOUND_KHR"):
+        OpenCLDriver()
+
+
+def test_platform_without_devices_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Empty:
+        name = "Empty platform"
+
+        def get_devices(self) -> list[cl.Device]:
+            raise cl.RuntimeError(cl._cl._ErrorRecord("DEVICE_NOT_FOUND", -1, "clGetDeviceIDs"))
+
+    real = cl.get_platforms()
+    monkeypatch.setattr(opencl_device.cl, "get_platforms", lambda: [Empty()])
+    with pytest.raises(hal.DeviceUnavailableError, match="Empty platform"):
+        OpenCLDriver()
+    monkeypatch.setattr(opencl_device.cl, "get_platforms", lambda: [Empty(), *real])
+    driver = OpenCLDriver()
+    assert driver.devices()[0].id == "opencl.0" and driver.skipped
+    driver.close()
+
+
+def test_close_and_reopen(device: hal.Device) -> None:
+    other = opencl_device.OpenCLDevice(90, device.cl_device)  # type: ignore[attr-defined]
+    first = other.queue
+    other.close()
+    other.close()
+    assert other.queue is not first  # a closed device makes a fresh queue on next use
+    other.close()
+
+
+def test_imports_are_lazy() -> None:
+    """Importing the package or its renderer imports neither pyopencl nor, for listing
+    devices, the kernel IR."""
+    code = (
+        "import sys, hal_opencl; assert 'pyopencl' not in sys.modules; "
+        "assert 'semtree' not in sys.modules; "
+        "from hal_opencl import render_program; import hal_opencl.render; "
+        "assert 'pyopencl' not in sys.modules; print('ok')"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=False
+    )
+    assert result.stdout.strip() == "ok", result.stderr
