@@ -29,8 +29,10 @@ CONFORMANCE := $(SHARED)/conformance/run.py
 
 test: lint
 	$(PY) -m pytest -q
-	$(PY) $(CONFORMANCE) $(SHARED)/conformance/cases --device llvm_cpu.0
-	$(PY) $(CONFORMANCE) $(SHARED)/spec/cases --device llvm_cpu.0
+	for device in llvm_cpu.0 opencl.0; do \
+	  $(PY) $(CONFORMANCE) $(SHARED)/conformance/cases --device $$device && \
+	  $(PY) $(CONFORMANCE) $(SHARED)/spec/cases --device $$device || exit 1; \
+	done
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
