@@ -22,6 +22,7 @@ from typing import NamedTuple
 import numpy as np
 from llvmlite import ir
 
+from hal_llvm.memory import ALIGNMENT
 from semtree.nodes import UnsupportedNode
 from semtree.types import DType, Type, TypeBase
 
@@ -34,8 +35,9 @@ FLOAT = ir.FloatType()
 DOUBLE = ir.DoubleType()
 VOID = ir.VoidType()
 
-# The alignment of every buffer the CPU device hands to a kernel (ARCHITECTURE 7.5).
-BUFFER_ALIGNMENT = 64
+# Every buffer the CPU device hands to a kernel is this aligned (ARCHITECTURE 7.5; arenas
+# refuse misaligned offsets), so parameters carry `align` with it.
+BUFFER_ALIGNMENT = ALIGNMENT
 
 INDEX = Type.index()
 BOOLEAN = Type.boolean()
