@@ -7,8 +7,8 @@ elements between their memory form and their register form; all of it happens he
 the conversions agree with `tests/reference.py` everywhere:
 
 - integer to integer truncates, or extends by the *source's* signedness (INDEX is signed);
-- integer to float rounds to nearest; float to integer truncates and saturates
-  (`llvm.fptosi.sat` / `fptoui.sat`: a NaN gives 0, never poison); anything to bool is
+- integer to float rounds to nearest; float to integer truncates and saturates (as
+  `llvm.fptosi.sat` / `fptoui.sat` would, NaN gives 0, but vectorisable); anything to bool is
   `!= 0` (a NaN is true); bool to number is 0 or 1;
 - float16 goes through float32 both ways. float64 -> float16 rounds once, through float32
   rounded to odd: LLVM lowers the direct conversion to `__truncdfhf2`, which the JIT cannot
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
 from llvmlite import ir
 
 from hal_llvm.render_types import (
@@ -30,7 +31,7 @@ from hal_llvm.render_types import (
     I32,
     Typed,
     bit_width,
-    intrinsic_suffix,
+    element_of,
     is_signed,
     register_type,
     same_register,
@@ -95,13 +96,7 @@ class Converter:
         if source.is_float:
             if source.dtype is DType.FLOAT16:
                 value = builder.fpext(value, self.lanes(FLOAT, value.type))
-            name = "llvm.fptosi.sat" if is_signed(target) else "llvm.fptoui.sat"
-            function = self.declarations.function(
-                f"{name}.{intrinsic_suffix(result)}.{intrinsic_suffix(value.type)}",
-                result,
-                [value.type],
-            )
-            return builder.call(function, [value])
+            return self._saturating_to_integer(value, target)
         if target.is_float:
             to_float = builder.sitofp if is_signed(source) else builder.uitofp
             if target.dtype is DType.FLOAT16:
@@ -115,6 +110,42 @@ class Converter:
         if target_bits > source_bits:
             return (builder.sext if is_signed(source) else builder.zext)(value, result)
         return value
+
+    def _saturating_to_integer(self, value: ir.Value, target: Type) -> ir.Value:
+        """float32/64 -> integer, truncating and saturating, NaN -> 0: what
+        `llvm.fptosi.sat` computes, but written so that it vectorises (LLVM 22 expands the
+        vector intrinsic lane by lane on x86). The value is clamped into the target's range
+        (NaN to 0) so that the plain conversion is defined, and values from 2^(bits-1)
+        (2^bits unsigned) up, which no float below that bound reaches, become MAX."""
+        builder = self.builder
+        signed, bits = is_signed(target), bit_width(target)
+        low = -(1 << (bits - 1)) if signed else 0
+        limit = 1 << (bits - 1) if signed else 1 << bits  # a power of two: exact
+        precision = np.float32 if element_of(value.type) == FLOAT else np.float64
+        below = float(np.nextafter(precision(limit), precision(0)))
+        clamped = builder.select(
+            builder.fcmp_ordered("<", value, splat_constant(value.type, float(low))),
+            splat_constant(value.type, float(low)),
+            value,
+        )
+        clamped = builder.select(
+            builder.fcmp_ordered(">", clamped, splat_constant(value.type, below)),
+            splat_constant(value.type, below),
+            clamped,
+        )
+        ordered = builder.fcmp_ordered("ord", value, value)
+        clamped = builder.select(ordered, clamped, splat_constant(value.type, 0.0))
+        # Narrow targets convert through i32 (their whole range fits it), which x86 has
+        # vector instructions for.
+        result_type = register_type(target)
+        work_type = result_type if bits >= 32 else self.lanes(I32, value.type)
+        to_integer = builder.fptosi if signed or bits < 32 else builder.fptoui
+        converted = to_integer(clamped, work_type)
+        if bits < 32:
+            converted = builder.trunc(converted, result_type)
+        too_large = builder.fcmp_ordered(">=", value, splat_constant(value.type, float(limit)))
+        maximum = splat_constant(result_type, limit - 1 if signed else -1)
+        return builder.select(too_large, maximum, converted)
 
     def _float_to_float(self, value: ir.Value, source: Type, target: Type) -> ir.Value:
         builder = self.builder

@@ -282,7 +282,11 @@ def exp_function(declarations: Declarations, type_: ir.Type) -> ir.Function:
     clamped = builder.select(too_high, splat_constant(type_, _EXP_HIGH), value)
     too_low = builder.fcmp_ordered("<", clamped, splat_constant(type_, _EXP_LOW))
     clamped = builder.select(too_low, splat_constant(type_, _EXP_LOW), clamped)
-    scaled = builder.fmul(clamped, splat_constant(type_, _LOG2_E), flags=_HELPER_FLAGS)
+    # k from a NaN-free copy (NaN -> 0), so that converting it is defined; the NaN still
+    # reaches the result through `clamped`.
+    ordered = builder.fcmp_ordered("ord", clamped, clamped)
+    finite = builder.select(ordered, clamped, splat_constant(type_, 0.0))
+    scaled = builder.fmul(finite, splat_constant(type_, _LOG2_E), flags=_HELPER_FLAGS)
     whole = builder.call(declarations.overloaded("llvm.rint", type_), [scaled])
     fmuladd = declarations.overloaded("llvm.fmuladd", type_, 3)
     reduced = builder.call(fmuladd, [whole, splat_constant(type_, -_LN2_HIGH), clamped])
@@ -291,13 +295,7 @@ def exp_function(declarations: Declarations, type_: ir.Type) -> ir.Function:
     square = builder.fmul(reduced, reduced, flags=_HELPER_FLAGS)
     mantissa = builder.call(fmuladd, [polynomial, square, reduced])
     mantissa = builder.fadd(mantissa, splat_constant(type_, 1.0), flags=_HELPER_FLAGS)
-    # fptosi.sat maps a NaN to 0 instead of poison; the mantissa carries the NaN.
-    to_integer = declarations.function(
-        f"llvm.fptosi.sat.{intrinsic_suffix(integer)}.{intrinsic_suffix(type_)}",
-        integer,
-        [type_],
-    )
-    exponent = builder.call(to_integer, [whole])
+    exponent = builder.fptosi(whole, integer)  # within [-151, 129]: defined, vectorises
     # 2^k in two halves: each is a normal number for k in [-150, 128], and the product
     # rounds once, correctly, into the subnormal range or to infinity.
     first = builder.ashr(exponent, splat_constant(integer, 1))
