@@ -148,7 +148,8 @@ def exact_number(value: int | float, type_: Type) -> int | float:
     wrap modulo 2^bits, booleans are `value != 0`."""
     if type_.is_float:
         assert type_.dtype is not None
-        return float(np.array(float(value)).astype(type_.dtype.numpy))
+        with np.errstate(over="ignore"):  # beyond the type's range: infinity, as intended
+            return float(np.array(float(value)).astype(type_.dtype.numpy))
     if type_.is_bool:
         return int(value != 0)
     bits = bit_width(type_)

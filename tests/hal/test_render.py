@@ -509,3 +509,29 @@ def test_exp_function_constants_are_consistent() -> None:
     ln2 = render_math._LN2_HIGH + render_math._LN2_LOW
     assert abs(ln2 - np.log(2)) < 1e-12
     assert np.float32(render_math._LN2_HIGH) * 512 == 355  # 9 significant bits
+
+
+def test_index_arithmetic(runner: Runner) -> None:
+    """INDEX is i64 in LLVM but behaves as the reference's INDEX: signed, shift counts
+    modulo 32, division truncating; mixed with narrower or unsigned types it promotes as
+    rule 3 says (INDEX ranks like INT32; u32 outranks it)."""
+    gid, x = sb.global_id(0), v("x")
+    expressions = [
+        (gid * 3 - 7) / 2,
+        (gid * 3 - 7) % 4,
+        gid << 33,
+        -gid >> 1,
+        sb.select(gid.lt(x), gid, x),
+        gid + x,
+        sb.call(Builtin.MAX, gid - 5, 2),
+        sb.clamp(gid, 3, 5),
+    ]
+    cases = [
+        unary_case(sb.cast(DType.INT64, expression), DType.UINT32, DType.INT64)
+        for expression in expressions
+    ]
+    for case in cases:
+        case.arrays[1] = np.arange(16, dtype=np.uint32) * 3 % 7
+        case.arrays[0] = np.zeros(16, np.int64)
+        case.grid = (16, 1, 1)
+    check(runner, cases)
