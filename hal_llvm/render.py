@@ -185,7 +185,7 @@ class KernelEmitter(ExpressionEmitter):
                 argument.add_attribute("noalias")
             # The device refuses buffers smaller than the tensor, so the whole tensor is
             # dereferenceable, which lets LLVM hoist loads out of conditions.
-            size = min(_param_bytes(info, index) for info in self.infos)
+            size = min((_param_bytes(info, index) for info in self.infos), default=0)
             if size:
                 argument.attributes.dereferenceable = size
             if param.name in assigned:

@@ -10,9 +10,7 @@ the kernel computes what `tests/reference.py` computes:
 - integer arithmetic wraps; division and remainder guard the divisor (`x / 0 == 0`,
   `MIN / -1 == MIN`, `x % 0 == 0`), since x86 traps on both; shift counts are masked to the
   lane width (32 for INDEX, which is `i64` here);
-- float to integer saturates (`llvm.fptosi.sat` / `fptoui.sat`), anything to bool is
-  `!= 0` (a NaN is true), float64 to float16 rounds once (through float32 rounded to odd:
-  LLVM's direct conversion calls a runtime function the JIT cannot resolve);
+- conversions (including the memory forms below) are `render_convert.py`'s;
 - `Select` is a `select`; `Cond` evaluates only the chosen branch, unless neither branch
   reads memory through a subscript, where evaluating both cannot fault and a `select` is
   faster;
@@ -28,14 +26,10 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
+from hal_llvm.render_convert import Converter
 from hal_llvm.render_math import Declarations, emit_builtin
 from hal_llvm.render_types import (
-    DOUBLE,
-    FLOAT,
-    HALF,
     I1,
-    I8,
-    I32,
     I64,
     INDEX,
     Typed,
@@ -122,7 +116,7 @@ _SIGNED_DIVISION = {BinOp.DIV: "sdiv", BinOp.MOD: "srem"}
 _UNSIGNED_DIVISION = {BinOp.DIV: "udiv", BinOp.MOD: "urem"}
 
 
-class ExpressionEmitter:
+class ExpressionEmitter(Converter):
     """Emits expressions of one kernel at `self.builder`; `render.KernelEmitter` adds the
     statements and owns the function."""
 
@@ -133,10 +127,8 @@ class ExpressionEmitter:
         declarations: Declarations,
         settings: HardwareSettings,
     ) -> None:
-        self.builder = builder
+        super().__init__(builder, declarations, settings.native_fp16)
         self.entry_builder = entry_builder  # at the end of the entry block: allocas go there
-        self.declarations = declarations
-        self.native_fp16 = settings.native_fp16
         # `contract` lets instruction selection fuse multiply-adds beyond MAD (ARCHITECTURE
         # 4.6); a device that disables MAD gets no fusion at all.
         if settings.fast_math:
@@ -164,107 +156,6 @@ class ExpressionEmitter:
 
     def value_type(self, type_: Type) -> Type:
         return type_ if type_.base_is_pointer else value_type(type_, self.native_fp16)
-
-    def splat(self, value: ir.Value, width: int) -> ir.Value:
-        """A scalar broadcast to `width` lanes."""
-        if width == 1:
-            return value
-        vector = ir.VectorType(value.type, width)
-        if isinstance(value, ir.Constant):
-            return ir.Constant(vector, [value] * width)
-        undefined = ir.Constant(vector, ir.Undefined)
-        first = self.builder.insert_element(undefined, value, ir.Constant(I32, 0))
-        mask = ir.Constant(ir.VectorType(I32, width), [0] * width)
-        return self.builder.shuffle_vector(first, undefined, mask)
-
-    def _lanes(self, element: ir.Type, like: ir.Type) -> ir.Type:
-        """`element`, as a vector with as many lanes as `like` has."""
-        if isinstance(like, ir.VectorType):
-            return ir.VectorType(element, like.count)
-        return element
-
-    # ---- conversions ---------------------------------------------------------------------------
-
-    def convert(self, value: ir.Value, source: Type, target: Type) -> ir.Value:
-        """Rule 8: `value` of register type `source` as `target`, where FLOAT16 means `half`
-        (so a caller converts to an emulated f16 by converting to it, then to FLOAT32)."""
-        if target.base_is_pointer or same_register(source, target):
-            return value
-        if source.vec_width != target.vec_width:
-            return self.splat(self.convert(value, source, target.scalar()), target.vec_width)
-        builder = self.builder
-        result = register_type(target)
-        if target.is_bool:
-            if source.is_float:
-                return builder.fcmp_unordered("!=", value, splat_constant(value.type, 0.0))
-            return builder.icmp_unsigned("!=", value, splat_constant(value.type, 0))
-        if source.is_bool:
-            if target.is_float:
-                single = builder.uitofp(value, self._lanes(FLOAT, value.type))
-                return self.convert(single, source.with_dtype(DType.FLOAT32), target)
-            return builder.zext(value, result)
-        if source.is_float and target.is_float:
-            return self._float_to_float(value, source, target)
-        if source.is_float:
-            if source.dtype is DType.FLOAT16:
-                value = builder.fpext(value, self._lanes(FLOAT, value.type))
-            name = "llvm.fptosi.sat" if is_signed(target) else "llvm.fptoui.sat"
-            function = self.declarations.function(
-                f"{name}.{intrinsic_suffix(result)}.{intrinsic_suffix(value.type)}",
-                result,
-                [value.type],
-            )
-            return builder.call(function, [value])
-        if target.is_float:
-            to_float = builder.sitofp if is_signed(source) else builder.uitofp
-            if target.dtype is DType.FLOAT16:
-                # Through float32: exact up to 2^24, and every integer that float32 rounds
-                # is far beyond half's range, so the result rounds once either way.
-                return builder.fptrunc(to_float(value, self._lanes(FLOAT, value.type)), result)
-            return to_float(value, result)
-        source_bits, target_bits = bit_width(source), bit_width(target)
-        if target_bits < source_bits:
-            return builder.trunc(value, result)
-        if target_bits > source_bits:
-            return (builder.sext if is_signed(source) else builder.zext)(value, result)
-        return value
-
-    def _float_to_float(self, value: ir.Value, source: Type, target: Type) -> ir.Value:
-        builder = self.builder
-        source_dtype, target_dtype = source.dtype, target.dtype
-        if source_dtype is DType.FLOAT16:
-            value = builder.fpext(value, self._lanes(FLOAT, value.type))
-            source_dtype = DType.FLOAT32
-        if source_dtype is target_dtype:
-            return value
-        if target_dtype is DType.FLOAT64:
-            return builder.fpext(value, self._lanes(DOUBLE, value.type))
-        if target_dtype is DType.FLOAT32:
-            return builder.fptrunc(value, self._lanes(FLOAT, value.type))
-        if source_dtype is DType.FLOAT64:
-            value = self._round_to_odd_single(value)
-        return builder.fptrunc(value, self._lanes(HALF, value.type))
-
-    def _round_to_odd_single(self, value: ir.Value) -> ir.Value:
-        """float64 -> float32 rounded to odd (truncate, then set the last bit if inexact):
-        rounding that on to half is then the correctly rounded float64 -> half."""
-        builder = self.builder
-        single = builder.fptrunc(value, self._lanes(FLOAT, value.type))
-        back = builder.fpext(single, value.type)
-        fabs = self.declarations.overloaded("llvm.fabs", value.type)
-        away = builder.fcmp_ordered(
-            ">", builder.call(fabs, [back]), builder.call(fabs, [value])
-        )  # rounded away from zero: step the magnitude back by one unit in the last place
-        bits = builder.bitcast(single, self._lanes(I32, value.type))
-        one = splat_constant(bits.type, 1)
-        bits = builder.select(away, builder.sub(bits, one), bits)
-        inexact = builder.fcmp_ordered("!=", back, value)
-        bits = builder.select(inexact, builder.or_(bits, one), bits)
-        return builder.bitcast(bits, single.type)
-
-    def truth(self, typed: Typed, width: int = 1) -> ir.Value:
-        """`x != 0` as `i1` lanes, broadcast to `width`."""
-        return self.convert(typed.value, typed.type, Type.boolean(max(width, typed.type.vec_width)))
 
     def literal(self, expr: IntConst | FloatConst, context: Type) -> ir.Value:
         """A weak literal used where a value of `context` is expected (rule 4)."""
@@ -363,7 +254,7 @@ class ExpressionEmitter:
         value = self.builder.load(address.pointer, align=address.alignment)
         register = self.value_type(address.type)
         if address.in_memory and register.is_value:
-            value = self._from_memory(value, address.type)
+            value = self.from_memory(value, address.type)
         return Typed(value, register)
 
     def store(self, ref: LValue, expr: Expr) -> None:
@@ -371,24 +262,8 @@ class ExpressionEmitter:
         target = self.value_type(address.type)
         value = self.prepared(expr, target)
         if address.in_memory and target.is_value:
-            value = self._to_memory(value, address.type)
+            value = self.to_memory(value, address.type)
         self.builder.store(value, address.pointer, align=address.alignment)
-
-    def _from_memory(self, value: ir.Value, stored: Type) -> ir.Value:
-        if stored.dtype is DType.BOOLEAN:
-            return self.builder.icmp_unsigned("!=", value, splat_constant(value.type, 0))
-        if stored.dtype is DType.FLOAT16 and not self.native_fp16:
-            return self.builder.fpext(value, self._lanes(FLOAT, value.type))
-        return value
-
-    def _to_memory(self, value: ir.Value, stored: Type) -> ir.Value:
-        if stored.dtype is DType.BOOLEAN:
-            return self.builder.zext(value, self._lanes(I8, value.type))
-        if stored.dtype is DType.FLOAT16 and not self.native_fp16:
-            return self.builder.fptrunc(value, self._lanes(HALF, value.type))
-        return value
-
-    # ---- expressions ---------------------------------------------------------------------------
 
     def expression(self, expr: Expr) -> Typed:
         """Emit `expr`; its value and semtree type (the type `semtree.typing` gives it)."""

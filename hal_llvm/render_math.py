@@ -7,9 +7,10 @@ Place in the pipeline: `render_expr.py` converts a `Call`'s arguments to the cal
   functions are LLVM intrinsics; LLVM turns them into instructions where the CPU has them
   and into calls to the C library (`tanf`, `powf`, ...) elsewhere, lane by lane for
   vectors, which MCJIT resolves from the process;
-- `exp` and `tanh` of float32 are written here in IR from a polynomial, for scalars and
-  vectors alike: a libm call per lane keeps elementwise kernels scalar and 6x slower than
-  torch (PERFORMANCE.md 3); both stay within 1.5 ulp (numpy's own float32 `exp` is 2.4);
+- `exp`, `log` and `tanh` of float32 are written here in IR from polynomials, for scalars
+  and vectors alike: a libm call per lane keeps elementwise kernels scalar and 6x slower
+  than torch (PERFORMANCE.md 3); all stay within 1.5 ulp (numpy's own float32 `exp` and
+  `log` reach 2.4 and 3.8);
 - `MAD` is `llvm.fmuladd`, which becomes a fused multiply-add where the CPU has one;
 - float16 arguments are computed in float32 and rounded back (spec 9.3: as accurate as a
   C math library, which has no half functions); integers use `llvm.abs`/`smax`/... .
@@ -17,6 +18,7 @@ Place in the pipeline: `render_expr.py` converts a `Call`'s arguments to the cal
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from llvmlite import ir
@@ -126,6 +128,8 @@ def _float_builtin(
             return builder.call(exp_function(declarations, type_), arguments)
         case Builtin.TANH if dtype is DType.FLOAT32:
             return builder.call(tanh_function(declarations, type_), arguments)
+        case Builtin.LOG if dtype is DType.FLOAT32:
+            return builder.call(log_function(declarations, type_), arguments)
         case Builtin.RECIP:
             return builder.fdiv(splat_constant(type_, 1.0), arguments[0], flags=flags)
         case Builtin.MAD if "contract" in flags or "fast" in flags:
@@ -195,6 +199,25 @@ _EXP_POLYNOMIAL = (  # P(r) = c0 + c1 r + c2 r^2 + c3 r^3 + c4 r^4
 _EXP_HIGH = 89.0
 _EXP_LOW = -104.0
 
+# log(x) = k ln 2 + log(1 + f) with x = 2^k (1 + f), 1 + f in [sqrt(1/2), sqrt(2)) (found by
+# subtracting the bit pattern of sqrt(1/2), so the exponent field rounds to the nearer power
+# of two), and log(1 + f) = f - f^2/2 + f^3 R(f); R was fitted like P, to
+# (log1p(f) - f + f^2/2) / f^3. Subnormal arguments are scaled by 2^23 first. Within 1.5 ulp
+# on the whole range.
+_LOG_POLYNOMIAL = (
+    0.3333333134651184,
+    -0.250008225440979,
+    0.20001225173473358,
+    -0.16623352468013763,
+    0.14201785624027252,
+    -0.13160260021686554,
+    0.1276140958070755,
+    -0.07634082436561584,
+)
+_SQRT_HALF_BITS = 0x3F3504F3
+_SMALLEST_NORMAL = 1.1754943508222875e-38
+_MANTISSA_MASK = 0x7FFFFF
+
 # tanh(x) = x + x^3 * Q(x^2) for |x| < 0.625 (Q fitted like P, to (tanh(x) - x) / x^3), and
 # sign(x) * (1 - 2 / (exp(2|x|) + 1)) above, where that form has no cancellation left.
 # Within 1.3 ulp everywhere (numpy's float32 tanh: 1.37).
@@ -259,7 +282,11 @@ def exp_function(declarations: Declarations, type_: ir.Type) -> ir.Function:
     clamped = builder.select(too_high, splat_constant(type_, _EXP_HIGH), value)
     too_low = builder.fcmp_ordered("<", clamped, splat_constant(type_, _EXP_LOW))
     clamped = builder.select(too_low, splat_constant(type_, _EXP_LOW), clamped)
-    scaled = builder.fmul(clamped, splat_constant(type_, _LOG2_E), flags=_HELPER_FLAGS)
+    # k from a NaN-free copy (NaN -> 0), so that converting it is defined; the NaN still
+    # reaches the result through `clamped`.
+    ordered = builder.fcmp_ordered("ord", clamped, clamped)
+    finite = builder.select(ordered, clamped, splat_constant(type_, 0.0))
+    scaled = builder.fmul(finite, splat_constant(type_, _LOG2_E), flags=_HELPER_FLAGS)
     whole = builder.call(declarations.overloaded("llvm.rint", type_), [scaled])
     fmuladd = declarations.overloaded("llvm.fmuladd", type_, 3)
     reduced = builder.call(fmuladd, [whole, splat_constant(type_, -_LN2_HIGH), clamped])
@@ -268,13 +295,7 @@ def exp_function(declarations: Declarations, type_: ir.Type) -> ir.Function:
     square = builder.fmul(reduced, reduced, flags=_HELPER_FLAGS)
     mantissa = builder.call(fmuladd, [polynomial, square, reduced])
     mantissa = builder.fadd(mantissa, splat_constant(type_, 1.0), flags=_HELPER_FLAGS)
-    # fptosi.sat maps a NaN to 0 instead of poison; the mantissa carries the NaN.
-    to_integer = declarations.function(
-        f"llvm.fptosi.sat.{intrinsic_suffix(integer)}.{intrinsic_suffix(type_)}",
-        integer,
-        [type_],
-    )
-    exponent = builder.call(to_integer, [whole])
+    exponent = builder.fptosi(whole, integer)  # within [-151, 129]: defined, vectorises
     # 2^k in two halves: each is a normal number for k in [-150, 128], and the product
     # rounds once, correctly, into the subnormal range or to infinity.
     first = builder.ashr(exponent, splat_constant(integer, 1))
@@ -282,6 +303,46 @@ def exp_function(declarations: Declarations, type_: ir.Type) -> ir.Function:
     result = builder.fmul(mantissa, _power_of_two(builder, first, type_), flags=_HELPER_FLAGS)
     result = builder.fmul(result, _power_of_two(builder, second, type_), flags=_HELPER_FLAGS)
     builder.ret(result)
+    return function
+
+
+def log_function(declarations: Declarations, type_: ir.Type) -> ir.Function:
+    """`float log(float)` (scalar or vector) in IR; 0, negatives, infinity, NaN and
+    subnormal arguments as C's `logf`."""
+    function, builder = _helper(declarations, "tile.log", type_)
+    if builder is None:
+        return function
+    (value,) = function.args
+    lanes = lanes_of(type_)
+    integer = ir.VectorType(I32, lanes) if lanes > 1 else I32
+    subnormal = builder.fcmp_ordered("<", value, splat_constant(type_, _SMALLEST_NORMAL))
+    scaled = builder.fmul(value, splat_constant(type_, 2.0**23), flags=_HELPER_FLAGS)
+    scaled = builder.select(subnormal, scaled, value)
+    bias = builder.select(subnormal, splat_constant(integer, -23), splat_constant(integer, 0))
+    bits = builder.sub(builder.bitcast(scaled, integer), splat_constant(integer, _SQRT_HALF_BITS))
+    exponent = builder.add(builder.ashr(bits, splat_constant(integer, 23)), bias)
+    mantissa = builder.and_(bits, splat_constant(integer, _MANTISSA_MASK))
+    mantissa = builder.add(mantissa, splat_constant(integer, _SQRT_HALF_BITS))
+    # Exact (Sterbenz): the mantissa lies within a factor of two of 1.
+    fraction = builder.fsub(builder.bitcast(mantissa, type_), splat_constant(type_, 1.0))
+    polynomial = _polynomial(builder, declarations, fraction, _LOG_POLYNOMIAL)
+    square = builder.fmul(fraction, fraction, flags=_HELPER_FLAGS)
+    cube = builder.fmul(square, fraction, flags=_HELPER_FLAGS)
+    half_square = builder.fmul(square, splat_constant(type_, -0.5), flags=_HELPER_FLAGS)
+    fmuladd = declarations.overloaded("llvm.fmuladd", type_, 3)
+    tail = builder.call(fmuladd, [polynomial, cube, half_square])
+    whole = builder.sitofp(exponent, type_)
+    high = builder.call(fmuladd, [whole, splat_constant(type_, _LN2_HIGH), fraction])
+    low = builder.call(fmuladd, [whole, splat_constant(type_, _LN2_LOW), tail])
+    result = builder.fadd(high, low, flags=_HELPER_FLAGS)
+    specials = (
+        (builder.fcmp_ordered("==", value, splat_constant(type_, 0.0)), -math.inf),
+        (builder.fcmp_ordered("<", value, splat_constant(type_, 0.0)), math.nan),
+        (builder.fcmp_ordered("==", value, splat_constant(type_, math.inf)), math.inf),
+    )
+    for condition, special in specials:
+        result = builder.select(condition, splat_constant(type_, special), result)
+    builder.ret(builder.select(builder.fcmp_unordered("uno", value, value), value, result))
     return function
 
 

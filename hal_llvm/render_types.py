@@ -22,6 +22,7 @@ from typing import NamedTuple
 import numpy as np
 from llvmlite import ir
 
+from hal_llvm.memory import ALIGNMENT
 from semtree.nodes import UnsupportedNode
 from semtree.types import DType, Type, TypeBase
 
@@ -34,8 +35,9 @@ FLOAT = ir.FloatType()
 DOUBLE = ir.DoubleType()
 VOID = ir.VoidType()
 
-# The alignment of every buffer the CPU device hands to a kernel (ARCHITECTURE 7.5).
-BUFFER_ALIGNMENT = 64
+# Every buffer the CPU device hands to a kernel is this aligned (ARCHITECTURE 7.5; arenas
+# refuse misaligned offsets), so parameters carry `align` with it.
+BUFFER_ALIGNMENT = ALIGNMENT
 
 INDEX = Type.index()
 BOOLEAN = Type.boolean()
@@ -146,7 +148,8 @@ def exact_number(value: int | float, type_: Type) -> int | float:
     wrap modulo 2^bits, booleans are `value != 0`."""
     if type_.is_float:
         assert type_.dtype is not None
-        return float(np.array(float(value)).astype(type_.dtype.numpy))
+        with np.errstate(over="ignore"):  # beyond the type's range: infinity, as intended
+            return float(np.array(float(value)).astype(type_.dtype.numpy))
     if type_.is_bool:
         return int(value != 0)
     bits = bit_width(type_)
