@@ -174,6 +174,8 @@ class DeviceQueue:
         self._lock = threading.Lock()
         self._jobs: SimpleQueue[Callable[[], None] | None] = SimpleQueue()
         self._submitter: threading.Thread | None = None
+        self._watched: SimpleQueue[tuple[cl.Event, Callable[[], None]] | None] = SimpleQueue()
+        self._watcher: threading.Thread | None = None
         self._closed = False
 
     # ---- submission -----------------------------------------------------------------------
@@ -269,18 +271,33 @@ class DeviceQueue:
     # ---- completion ----------------------------------------------------------------------
 
     def when_complete(self, cl_event: cl.Event, action: Callable[[], None]) -> None:
-        """Call `action` once `cl_event` completes (on a driver thread), or poll for it on a
-        helper thread where the driver has no event callbacks."""
-        try:
-            cl_event.set_callback(_COMPLETE, lambda status: action())
-        except (cl.Error, NotImplementedError):
+        """Call `action` once `cl_event` completes, on this queue's watcher thread.
 
-            def watch() -> None:
-                with contextlib.suppress(cl.Error):
-                    cl_event.wait()
+        Not `Event.set_callback`: with PoCL, a process that ever registered a completion
+        callback aborts at exit ("terminate called without an active exception"). One
+        watcher per queue waits on the events in the order they were enqueued, which on an
+        in-order queue is the order they complete."""
+        with self._lock:
+            if self._watcher is None:
+                self._watcher = threading.Thread(
+                    target=self._watch, name=f"{self.name} watcher", daemon=True
+                )
+                self._watcher.start()
+            self._watched.put((cl_event, action))
+
+    def _watch(self) -> None:
+        while True:
+            item = self._watched.get()
+            if item is None:
+                return
+            cl_event, action = item
+            with contextlib.suppress(cl.Error):
+                cl_event.wait()
+            try:
                 action()
-
-            threading.Thread(target=watch, name=f"{self.name} watcher", daemon=True).start()
+            except Exception:
+                _log.exception("completion action on %s failed", self.name)
+            del item, cl_event, action
 
     def flush(self) -> None:
         self.queue.flush()
@@ -295,8 +312,13 @@ class DeviceQueue:
                 return
             self._closed = True
             submitter = self._submitter
+            watcher = self._watcher
         if submitter is not None:
             self._jobs.put(None)
             if submitter is not threading.current_thread():
                 submitter.join(10.0)
         self.queue.finish()
+        if watcher is not None:
+            self._watched.put(None)
+            if watcher is not threading.current_thread():
+                watcher.join(10.0)
