@@ -24,6 +24,7 @@ import numpy as np
 from hal import registry
 from hal.errors import DeviceUnavailableError
 from semtree.types import DType
+from tile import debug
 from tile.cache import tensor_entry
 from tile.errors import DeviceNotFound
 from tile.runtime import DeviceRuntime
@@ -101,6 +102,7 @@ def device_of(hal_device: hal.Device) -> Device:
                 hal_device,
             )
             _by_id[hal_device.id] = found
+            debug.device_opened(found.id, found.kind, found.description, hal_device.settings)
         return found
 
 
@@ -109,6 +111,8 @@ def devices(include_unavailable: bool = False) -> list[Device]:
     unavailable entry per backend that failed, its reason as the description."""
     loaded, failures = registry.enumerate()
     found = [device_of(item) for item in loaded]
+    for failure in failures:
+        debug.backend_unavailable(failure.backend, failure.reason)
     if include_unavailable:
         found += [
             Device(failure.backend, failure.reason, "other", None, False) for failure in failures
@@ -143,7 +147,8 @@ def _find(wanted: str) -> Device | None:
         try:
             driver = registry.get_driver(backend)
             loaded = driver.devices()
-        except DeviceUnavailableError:
+        except DeviceUnavailableError as error:
+            debug.backend_unavailable(backend, error.reason)
             continue
         for item in loaded:
             if item.id == wanted:
