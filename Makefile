@@ -29,6 +29,7 @@ CONFORMANCE := $(SHARED)/conformance/run.py
 
 test: lint
 	$(PY) -m pytest -q
+	MPLBACKEND=Agg $(PY) -m pytest --nbmake notebooks -q
 	$(PY) $(CONFORMANCE) $(SHARED)/conformance/cases --device llvm_cpu.0
 	$(PY) $(CONFORMANCE) $(SHARED)/spec/cases --device llvm_cpu.0
 

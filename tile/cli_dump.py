@@ -167,7 +167,8 @@ def _device_code(
     key = ProgramKey(function.source_hash, _signature(inputs), device.id, runtime.fingerprint)
     program = compile_program(runtime, key, bound, function.name)
     count = len(program.kernel_list.kernels)
-    print(f"// {what}: {function.name} on {device.id} ({device.description}), {count} kernels")
+    kernels = f"{count} kernel{'s' if count != 1 else ''}"
+    print(f"// {what}: {function.name} on {device.id} ({device.description}), {kernels}")
     print("\n\n".join(distinct_sources(program.library, count)))
     return EXIT_OK
 

@@ -190,12 +190,14 @@ def program_compiled(
     times, every kernel's tiling decision, the kernel list and the device code."""
     current = level()
     if current >= TIMES:
+        count = len(kernel_list.kernels)
         emit(
             TIMES,
-            "compiled %s for %s: %d kernels in %.1f ms (generate %.1f ms, build %.1f ms)",
+            "compiled %s for %s: %d kernel%s in %.1f ms (generate %.1f ms, build %.1f ms)",
             label,
             device_id,
-            len(kernel_list.kernels),
+            count,
+            "" if count == 1 else "s",
             1000 * total_seconds,
             1000 * generate_seconds,
             1000 * (total_seconds - generate_seconds),

@@ -80,7 +80,7 @@ def test_compile_events_tiling_and_code(
     tile.Invoker(function, {"A": a, "B": b}).invoke().wait()
     text = "\n".join(record.getMessage() for record in records.records)
     assert "program cache miss, compiling: debugged on llvm_cpu.0" in text
-    assert "compiled debugged for llvm_cpu.0: 1 kernels in " in text
+    assert "compiled debugged for llvm_cpu.0: 1 kernel in " in text
     assert "tiling tile_0 (contraction, writes f32[5, 2]): tile " in text
     assert "kernel list of debugged for llvm_cpu.0:\n// inputs: A, B" in text
     assert "device code of debugged on llvm_cpu.0:\n" in text
