@@ -81,7 +81,9 @@ def _parse(raw: str) -> int:
     except ValueError:
         if _warned_bad_value != raw:
             _warned_bad_value = raw
-            log.warning("%s=%r is not a number from 0 to %d; ignored", DEBUG_VARIABLE, raw, 4)
+            log.warning(
+                "%s=%r is not a number from 0 to %d; ignored", DEBUG_VARIABLE, raw, MAX_LEVEL
+            )
         return 0
     return max(0, min(MAX_LEVEL, value))
 
@@ -154,7 +156,11 @@ def capabilities(settings: HardwareSettings) -> str:
     parts = [f"simd {settings.vec_size}", f"work-group {settings.max_work_group_size}"]
     if not settings.use_global:
         parts.append(f"local memory {settings.max_mem // 1024} KiB")
-    types = ["f32"] + ["f64"] * settings.fp64 + ["f16"] * settings.native_fp16
+    types = ["f32"]
+    if settings.fp64:
+        types.append("f64")
+    if settings.native_fp16:
+        types.append("f16")
     parts.append("+".join(types))
     if settings.fast_math:
         parts.append("fast math")
