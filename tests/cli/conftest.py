@@ -50,6 +50,13 @@ class Result:
     stderr: str
 
 
+@pytest.fixture(autouse=True)
+def _no_tile_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In-process tests see no TILE_ variables of the caller's (a test sets its own)."""
+    for key in [key for key in os.environ if key.startswith("TILE_")]:
+        monkeypatch.delenv(key)
+
+
 @pytest.fixture(scope="session")
 def tile_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("tiles")
