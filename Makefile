@@ -29,6 +29,7 @@ CONFORMANCE := $(SHARED)/conformance/run.py
 
 test: lint
 	$(PY) -m pytest -q
+	MPLBACKEND=Agg $(PY) -m pytest --nbmake notebooks -q
 	for device in llvm_cpu.0 opencl.0; do \
 	  $(PY) $(CONFORMANCE) $(SHARED)/conformance/cases --device $$device && \
 	  $(PY) $(CONFORMANCE) $(SHARED)/spec/cases --device $$device || exit 1; \

@@ -24,6 +24,7 @@ import numpy as np
 from hal import registry
 from hal.errors import DeviceUnavailableError
 from semtree.types import DType
+from tile import debug
 from tile.cache import tensor_entry
 from tile.errors import DeviceNotFound
 from tile.runtime import DeviceRuntime
@@ -101,6 +102,7 @@ def device_of(hal_device: hal.Device) -> Device:
                 hal_device,
             )
             _by_id[hal_device.id] = found
+            debug.device_opened(found.id, found.kind, found.description, hal_device.settings)
         return found
 
 
@@ -109,6 +111,8 @@ def devices(include_unavailable: bool = False) -> list[Device]:
     unavailable entry per backend that failed, its reason as the description."""
     loaded, failures = registry.enumerate()
     found = [device_of(item) for item in loaded]
+    for failure in failures:
+        debug.backend_unavailable(failure.backend, failure.reason)
     if include_unavailable:
         found += [
             Device(failure.backend, failure.reason, "other", None, False) for failure in failures
@@ -143,7 +147,8 @@ def _find(wanted: str) -> Device | None:
         try:
             driver = registry.get_driver(backend)
             loaded = driver.devices()
-        except DeviceUnavailableError:
+        except DeviceUnavailableError as error:
+            debug.backend_unavailable(backend, error.reason)
             continue
         for item in loaded:
             if item.id == wanted:
@@ -164,6 +169,11 @@ def resolve(value: DeviceLike) -> Device:
 
 # ---- tensors --------------------------------------------------------------------------------
 
+
+# DLPack device types (dlpack.h DLDeviceType).
+_DL_CPU = 1
+_DL_OPENCL = 4
+_DL_EXTENSION = 12  # kDLExtDev: any other device
 
 # The native numpy dtype of every Tile element type, for a look-up without parsing names.
 _NATIVE = {item.numpy: item.numpy for item in DType}
@@ -230,11 +240,67 @@ class Tensor:
         """A copy of this tensor on another device (through host memory)."""
         return Tensor.from_numpy(self.to_numpy(), device)
 
-    def __array__(self, dtype: object = None, copy: bool | None = None) -> np.ndarray:
+    # ---- numpy interop -------------------------------------------------------------------
+
+    def __array__(self, dtype: DTypeLike | None = None, copy: bool | None = None) -> np.ndarray:
+        """`np.asarray(tensor)`: the contents (after the last writer) as a new array, with
+        NumPy 2 semantics. A tensor lives in memory its device manages, so an array of it is
+        always a copy: `copy=True` and `copy=None` give one, `copy=False` raises ValueError
+        (use `mmap_current` for a view). `dtype` converts the copy."""
         if copy is False:
-            raise ValueError("a tile.Tensor cannot be viewed without a copy; use mmap_current")
+            raise ValueError(
+                "a tile.Tensor cannot become a numpy array without a copy; use "
+                "tensor.mmap_current() for a view"
+            )
         values = self.to_numpy()
         return values if dtype is None else values.astype(dtype, copy=False)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """DLPack's (device type, device number): (1, 0), the host CPU, for a tensor on a
+        CPU device (host-visible memory); (4, n) for OpenCL device n, which is not."""
+        if self.device.kind == "cpu":
+            return (_DL_CPU, 0)
+        backend, _, number = self.device.id.rpartition(".")
+        if backend == "opencl" and number.isdigit():
+            return (_DL_OPENCL, int(number))
+        return (_DL_EXTENSION, 0)
+
+    def __dlpack__(
+        self,
+        *,
+        stream: object = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
+    ) -> object:
+        """Export to DLPack (`np.from_dlpack(tensor)`, `torch.from_dlpack(tensor)`).
+
+        Host-visible tensors (CPU devices) export a copy of their contents, taken after the
+        last writer, as `__array__` does: later kernels never change what the consumer got,
+        and the consumer cannot write around the device's ordering. So `copy=False` raises
+        BufferError. A tensor on another device exports only to the host, when asked for
+        with `dl_device=(1, 0)` and a copy allowed.
+        """
+        if stream is not None:
+            raise BufferError("tile.Tensor exports host memory, which takes no stream")
+        if copy is False:
+            raise BufferError(
+                "a tile.Tensor is exported as a copy of its contents; copy=False cannot be met"
+            )
+        if dl_device is not None and tuple(dl_device) != (_DL_CPU, 0):
+            raise BufferError(f"a tile.Tensor exports only to the host (1, 0), not {dl_device}")
+        if dl_device is None and self.__dlpack_device__()[0] != _DL_CPU:
+            raise BufferError(
+                f"{self!r} is not in host-visible memory; pass dl_device=(1, 0) to export a "
+                "host copy"
+            )
+        values = self.to_numpy()
+        if max_version is not None:
+            try:
+                return values.__dlpack__(max_version=max_version)
+            except TypeError:  # numpy < 2.1 makes only unversioned capsules
+                pass
+        return values.__dlpack__()
 
     @property
     def ndim(self) -> int:

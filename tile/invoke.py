@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from semtree.types import DType, TensorShape
+from tile import debug
 from tile.api import Device, DeviceLike, InputValue, Tensor, device, resolve
 from tile.cache import (
     FUNCTION_CACHE_SIZE,
@@ -186,8 +187,11 @@ class Invoker:
             outputs[plan.name] = tensor
             states[plan.name] = (tensor._state, tensor.dtype)
         inputs = {name: tensor._state for name, tensor in tensors.items()}
-        profile = os.environ.get("TILE_PROFILE") == "1"
+        timed = debug.enabled(debug.TIMES)  # per-kernel times need profiling events
+        profile = timed or os.environ.get("TILE_PROFILE") == "1"
         record = execute(device.runtime, program, inputs, states, profile=profile)
+        if timed:
+            debug.watch_launches(device.id, program.kernel_list, record.launches)
         return Invocation(device, outputs, record, self.function.name)
 
     # ---- internals ------------------------------------------------------------------------
@@ -208,6 +212,11 @@ class Invoker:
         signature = input_signature(self._signature.items())
         key = ProgramKey(self.function.source_hash, signature, device.id, runtime.fingerprint)
         program = runtime.programs.get(key)
+        if debug.enabled(debug.TIMES):
+            event = "hit" if program is not None else "miss, compiling"
+            debug.emit(
+                debug.TIMES, "program cache %s: %s on %s", event, self.function.name, device.id
+            )
         if program is None:
             bound = self._bind()
             label = self.function.name

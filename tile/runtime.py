@@ -24,6 +24,7 @@ HAL failures reach the caller as `tile.ExecutionError` (run time) or `BackendCom
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from contextlib import contextmanager
@@ -37,6 +38,7 @@ from hal.errors import BackendCompileError as HalCompileError
 from hal.errors import DependencyFailed, HalError, UnsupportedOnDevice
 from hal.errors import ExecutionError as HalExecutionError
 from hal.events import SettableEvent, dependency_failure, wait_all
+from tile import debug
 from tile.cache import PROGRAM_CACHE_SIZE, LRUCache
 from tile.errors import BackendCompileError, ExecutionError, TileUnsupported
 from tile.schedule import OutputSource, make_schedule
@@ -340,6 +342,7 @@ def compile_program(
     device = runtime.device
     kernel_list = generate_program(bound, device.settings)
     schedule = make_schedule(bound, kernel_list)
+    generated = time.perf_counter()
     try:
         library = device.compiler.build(kernel_list, device)
         kernels = [
@@ -348,7 +351,17 @@ def compile_program(
     except HalError as error:
         raise build_error(error, f"{label} on {device.id}") from error
     seconds = time.perf_counter() - start
+    if debug.level() or debug.dump_directory() is not None:
+        stem = debug.file_stem(label, device.id, key_digest(key))
+        debug.program_compiled(
+            device.id, label, stem, bound, kernel_list, library, generated - start, seconds
+        )
     return CompiledProgram(key, kernel_list, library, kernels, schedule, seconds)
+
+
+def key_digest(key: ProgramKey) -> str:
+    """A short stable name for a program key (dump file names, log lines)."""
+    return hashlib.sha256(repr(key).encode()).hexdigest()[:12]
 
 
 def execute(

@@ -1,0 +1,10 @@
+"""`python -m tile devices | info | run | dump`: the command line (`tile.cli`)."""
+
+from __future__ import annotations
+
+import sys
+
+from tile.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())
