@@ -19,7 +19,8 @@ tiles (`tile.tile_opt`); one work-item owns a tile:
             store the values other kernels or the caller need
 
 A contraction without guards or derived variables gives every element at least one tuple,
-so it needs no hit flag.
+so it needs no hit flag; neither does one whose accumulator starts at the value an unwritten
+element must have (0 for `+` and `=` without a default).
 """
 
 from __future__ import annotations
@@ -107,8 +108,6 @@ class _GroupKernel:
         self.writer = KernelWriter(context, plan.stores)
         self.grid = Grid.build(self.writer, plan.shape, tiles, settings)
         self.tiles = tiles
-        # Positions of the tiled dimensions and the linear index of an element in the tile.
-        self.tiled = [d for d, tile in enumerate(tiles) if tile > 1]
         if flat is not None:
             names = flat.names[: flat.outputs]
         else:
@@ -174,7 +173,7 @@ class _GroupKernel:
         body += [sb.if_(condition, statements)] if condition is not None else statements
         loop: Stmt = sb.block(body)
         for counter, count in counters:
-            loop = For(counter, count, 1, loop if isinstance(loop, Block) else sb.block(loop))
+            loop = For(counter, count, 1, _block(loop))
         return loop
 
     # ---- contraction phase ---------------------------------------------------------------------
@@ -189,7 +188,7 @@ class _GroupKernel:
         statements: list[Stmt] = []
         self.acc = self.writer.fresh("acc")
         statements.append(sb.declare(acc_type, self.acc, start.expr))
-        if flat.needs_hit:
+        if flat.needs_hit and not _identity_is_unwritten(flat):
             self.hit = self.writer.fresh("hit")
             hit_type = Type(TypeBase.VALUE, DType.BOOLEAN, 1, size if size > 1 else 0)
             statements.append(sb.declare(hit_type, self.hit, constant(0, DType.BOOLEAN).expr))
@@ -207,7 +206,7 @@ class _GroupKernel:
         if condition is not None:
             body = sb.if_(condition, body)
         for k, counter in reversed(list(zip(reductions, counters, strict=True))):
-            body = For(counter, flat.ranges[k], 1, sb.block(body))
+            body = For(counter, flat.ranges[k], 1, _block(body))
         statements.append(body)
         points = product(flat.ranges[k] for k in reductions)
         per_point = 1 if flat.comb is CombOp.NONE else 2
@@ -388,3 +387,16 @@ class _GroupKernel:
     def epilogue_flops(self) -> int:
         count = sum(1 for op in self.plan.ops if op.kind is OpKind.ELEMENTWISE)
         return count * product(self.plan.shape)
+
+
+def _block(statement: Stmt) -> Block:
+    return statement if isinstance(statement, Block) else sb.block(statement)
+
+
+def _identity_is_unwritten(flat: FlatContraction) -> bool:
+    """Whether an element without contributions may keep the accumulator's start value: 0
+    for `+`, `=` and the logical or `>` of bools is exactly what spec 8.6 asks for when there
+    is no default, so those need no hit flag."""
+    if flat.default is not None:
+        return False
+    return flat.agg in (AggOp.SUM, AggOp.ASSIGN) or (flat.agg is AggOp.MAX and flat.dtype.is_bool)

@@ -202,7 +202,8 @@ class Grid:
 
     Work-group `g` (linear, last dimension fastest) owns the tile whose first element has
     coordinates `base[d]`; the tile covers `tiles[d]` elements per dimension, fewer at the end
-    of a dimension that the tile does not divide.
+    of a dimension that the tile does not divide. The linear id comes from one grid dimension,
+    or from two or three where the device limits the first (`grid_size`).
     """
 
     shape: tuple[int, ...]
@@ -223,16 +224,8 @@ class Grid:
         counts = [-(-size // tile) for size, tile in zip(shape, tiles, strict=True)]
         total = product(counts)
         setup: list[Stmt] = []
-        width = settings.goal_dim_sizes[0]
-        if total <= width:
-            global_size = (total, 1, 1)
-            linear: Expr = IndexExpr(IdKind.GROUP, 0)
-        else:
-            rows = -(-total // width)
-            if rows > settings.goal_dim_sizes[1]:
-                raise GenerateError(f"{total} work-groups do not fit the device's grid")
-            global_size = (width, rows, 1)
-            linear = affine([(1, IndexExpr(IdKind.GROUP, 0)), (width, IndexExpr(IdKind.GROUP, 1))])
+        global_size = grid_size(total, settings.goal_dim_sizes)
+        linear = linear_group(global_size)
         bases: list[Expr] = []
         if any(count > 1 for count in counts):
             declaration, group = writer.declare(Type.index(), "group", linear)
@@ -258,17 +251,35 @@ class Grid:
         return Grid(tuple(shape), tuple(tiles), global_size, setup, bases)
 
     @property
-    def padded(self) -> bool:
-        """Whether the grid has more work-groups than tiles (a two-dimensional grid)."""
-        counts = [-(-s // t) for s, t in zip(self.shape, self.tiles, strict=True)]
-        return self.global_size[0] * self.global_size[1] > product(counts)
+    def tiles_count(self) -> int:
+        return product(-(-s // t) for s, t in zip(self.shape, self.tiles, strict=True))
 
     def guard(self) -> Expr | None:
-        """The condition that the linear work-group id names a tile (2-D grids only)."""
-        if not self.padded:
+        """The condition that the linear work-group id names a tile (needed only when the
+        total did not fit one grid dimension and the grid was rounded up)."""
+        if product(self.global_size) == self.tiles_count:
             return None
-        total = product(-(-s // t) for s, t in zip(self.shape, self.tiles, strict=True))
-        linear = affine(
-            [(1, IndexExpr(IdKind.GROUP, 0)), (self.global_size[0], IndexExpr(IdKind.GROUP, 1))]
-        )
-        return Binary(BinOp.LT, linear, IntConst(total))
+        return Binary(BinOp.LT, linear_group(self.global_size), IntConst(self.tiles_count))
+
+
+def grid_size(total: int, limits: Sequence[int]) -> tuple[int, int, int]:
+    """`total` work-groups as a grid within the device's per-dimension `limits`: one
+    dimension when it fits (always on the CPU), else two or three, rounded up."""
+    first = min(total, limits[0])
+    second = min(-(-total // first), limits[1])
+    third = -(-total // (first * second))
+    if third > limits[2]:
+        raise GenerateError(f"{total} work-groups do not fit the device's grid {list(limits)}")
+    return (first, second, third)
+
+
+def linear_group(global_size: Sequence[int]) -> Expr:
+    """The linear work-group id, dimension 0 fastest (one work-item per group)."""
+    first, second, _ = global_size
+    return affine(
+        [
+            (1, IndexExpr(IdKind.GROUP, 0)),
+            (first if second > 1 else 0, IndexExpr(IdKind.GROUP, 1)),
+            (first * second if global_size[2] > 1 else 0, IndexExpr(IdKind.GROUP, 2)),
+        ]
+    )

@@ -161,14 +161,19 @@ def test_kernel_names_are_identifiers_with_the_prefix() -> None:
     assert kernel.name == c_identifier(kernel.name) and kernel.name.startswith("my_prog_1_")
 
 
-def test_two_dimensional_grid() -> None:
-    narrow = replace(SCALAR, goal_dim_sizes=(4, 65535, 65535))
-    source = "function (A[N, M]) -> (O) { O[i, j: N, M] = +(A[i, j]); }"
+@pytest.mark.parametrize(
+    ("limits", "grid"), [((4, 65535, 65535), (4, 4, 1)), ((2, 3, 100), (2, 3, 3))]
+)
+def test_grids_beyond_one_dimension(limits: tuple[int, int, int], grid: tuple[int, ...]) -> None:
+    """A device whose first grid dimension is too small gets a 2-D or 3-D grid, rounded up,
+    with the extra work-groups idle."""
+    narrow = replace(SCALAR, goal_dim_sizes=limits)
+    source = "function (A[N, M]) -> (O) { T[i, j: N, M] = +(A[i, j]); O = T * 2; }"
     a = np.arange(15, dtype=np.float32).reshape(3, 5)
     kernel_list = kernels_of(source, narrow, A=a)
     (kernel,) = kernel_list.kernels
-    assert kernel.global_size == (4, 4, 1)
-    assert run_kernel_list(kernel_list, {"A": a})["O"].tolist() == a.tolist()
+    assert kernel.global_size == grid
+    assert run_kernel_list(kernel_list, {"A": a})["O"].tolist() == (a * 2).tolist()
 
 
 # ---- contraction semantics -----------------------------------------------------------------------
