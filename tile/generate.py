@@ -29,6 +29,7 @@ from tile.fuse import PlanKind, plan_program
 from tile.gen_contract import accumulator_dtype, generate_group
 from tile.gen_kernel import ProgramContext, product
 from tile.gen_special import generate_prng, generate_scatter
+from tile.gen_vector import generate_vector_contraction
 from tile.tile_opt import choose_tiles
 
 if TYPE_CHECKING:
@@ -70,8 +71,15 @@ def generate_program(
                 contraction = kernel_plan.contraction
                 if contraction is not None:
                     flat = flatten(contraction, bound.bindings)
-                tiles = _tiles(kernel_plan, flat, settings)
-                generated = generate_group(kernel_plan, flat, context, settings, tiles, name)
+                # CPU fast path: register-tiled vector kernels for plain +(A * B).
+                vector = None
+                if settings.threads == 1:
+                    vector = generate_vector_contraction(kernel_plan, flat, context, settings, name)
+                if vector is not None:
+                    tiles, generated = vector.tile, vector
+                else:
+                    tiles = _tiles(kernel_plan, flat, settings)
+                    generated = generate_group(kernel_plan, flat, context, settings, tiles, name)
             case PlanKind.SCATTER:
                 generated = generate_scatter(kernel_plan, context, name)
             case _:
@@ -156,12 +164,17 @@ def _copy_kernel(
 
 def _params(generated: GeneratedBody, context: ProgramContext) -> tuple[KernelParam, ...]:
     shapes = context.shapes
+    widths = getattr(generated, "vec_widths", None) or {}
     params = [
-        KernelParam(buffer, Direction.OUT, shapes[buffer].dtype, shapes[buffer].dims)
+        KernelParam(
+            buffer, Direction.OUT, shapes[buffer].dtype, shapes[buffer].dims, widths.get(buffer, 1)
+        )
         for buffer in generated.outputs
     ]
     params += [
-        KernelParam(buffer, Direction.IN, shapes[buffer].dtype, shapes[buffer].dims)
+        KernelParam(
+            buffer, Direction.IN, shapes[buffer].dtype, shapes[buffer].dims, widths.get(buffer, 1)
+        )
         for buffer in generated.inputs
     ]
     return tuple(params)
