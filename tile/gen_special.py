@@ -121,13 +121,13 @@ def generate_prng(plan: KernelPlan, context: ProgramContext, name: str) -> Gener
     position_declaration, position = writer.declare(
         Type.index(), "position", affine([(1, lane), (PRNG_LANES, Load(Lookup(counter)))])
     )
+    def u32_literal(value: int) -> Expr:
+        return constant(value, u32).expr
+
     advance: list[Stmt] = []
     for component, (mask, shift, feedback, back) in zip(components, TAUSWORTHE, strict=True):
+        # x = ((x & mask) << shift) ^ (((x << feedback) ^ x) >> back), all in u32
         state = Load(Lookup(component))
-
-        def u32_literal(value: int) -> Expr:
-            return constant(value, u32).expr
-
         masked = Binary(BinOp.SHL, Binary(BinOp.AND, state, u32_literal(mask)), u32_literal(shift))
         mixed = Binary(BinOp.XOR, Binary(BinOp.SHL, state, u32_literal(feedback)), state)
         advance.append(
