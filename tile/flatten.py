@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from tile.bounds import Bounds, Half, index_bounds, residual_guards
 from tile.flat import FlatAccess, FlatConstraint, FlatContraction, FlatDerived
-from tile.lattice import Congruence, column_echelon, integral_lattice, multiply
+from tile.lattice import Congruence, Lattice, column_echelon, integral_lattice, multiply
 from tile.polynomial import Polynomial, RangeConstraint
 from tile.program import ConstBinding, TensorBinding
 
@@ -131,153 +131,202 @@ class _Flattener:
         self.out_dims = tensor_dims(bindings, op.output)
         self.names = _Names(self.variables)
         self.statement = f"{op.output}{_output_spec(contraction, self.out_dims)} = {contraction}"
+        self.out_ranges, self.other_ranges = self._ranges()
+        # Filled by the steps of `run`.
+        self.rank = 0
+        self.basis: list[list[int]] = []
+        self.forms: list[_Affine | None] = []
+        self.derived: list[tuple[str, _Affine, int]] = []  # name, numerator, divisor
+        self.equalities: list[_Affine] = []  # output rows without a pivot: each must be 0
+        self.reductions: list[tuple[str, int]] = []  # name, trip count
+        self.coordinate_names: list[str] = []
+        self.kernel_names: list[str] = []
 
     # ---- the steps ---------------------------------------------------------------------------
 
     def run(self) -> FlatContraction:
-        contraction = self.contraction
-        size = len(self.variables)
-        polys = [p for access in contraction.access for p in access.polys]
-        polys += [c.poly for c in contraction.constraints]
-        lattice = integral_lattice([self._congruence(p) for p in polys if _fractional(p)], size)
+        lattice = self._lattice()
         if lattice is None:
             return self._empty()
+        coordinates = self._output_reduction(lattice)
+        if coordinates is None:
+            return self._empty()
+        if not self._reduction_bounds(lattice):
+            return self._empty()
+        sources = self._sources(lattice)
+        box = self._box(coordinates)
+        if box is None:
+            return self._empty()
+        constraints = self._guards(sources, box)
+        if constraints is None:
+            return self._empty()
+        accesses = [self._output_access(coordinates)]
+        for access in self.contraction.operands:
+            accesses.append(self._access(access.tensor, access.polys, sources))
+        return FlatContraction(
+            statement=self.statement,
+            names=tuple(self.kernel_names),
+            outputs=len(coordinates),
+            ranges=(
+                *self.out_dims,
+                *(0 for _ in self.derived),
+                *(extent for _, extent in self.reductions),
+            ),
+            derived=tuple(
+                FlatDerived(name, _vector(numerator, self.kernel_names), numerator.const, divisor)
+                for name, numerator, divisor in self.derived
+            ),
+            access=tuple(accesses),
+            constraints=tuple(constraints),
+            agg=self.contraction.agg,
+            comb=self.contraction.comb,
+            dtype=tensor_dtype(self.bindings, self.op.output),
+            default=self.contraction.default,
+        )
+
+    def _lattice(self) -> Lattice | None:
+        """Step 1: the integer tuples at which every polynomial is an integer."""
+        contraction = self.contraction
+        polys = [p for access in contraction.access for p in access.polys]
+        polys += [c.poly for c in contraction.constraints]
+        congruences = [self._congruence(p) for p in polys if p.denominator() != 1]
+        return integral_lattice(congruences, len(self.variables))
+
+    def _output_reduction(self, lattice: Lattice) -> list[str] | None:
+        """Steps 2 and 3: the basis `w` (output vectors first) and, for each output variable,
+        its value as a function of the coordinates (`self.forms`); None if no coordinate can
+        satisfy the output's equalities."""
+        size = len(self.variables)
         out_rows = [self._in_lattice(p, lattice.origin, lattice.basis) for p in self._out_polys()]
         form = column_echelon([row for row, _ in out_rows], size)
-        rank = form.rank
-        basis = multiply(lattice.basis, form.unimodular)
-        basis = self._tidy_kernel(basis, rank)
-        # v = origin + basis . w ; the first `rank` entries of w move the output.
+        self.rank = form.rank
+        self.basis = self._tidy_kernel(multiply(lattice.basis, form.unimodular), form.rank)
         coordinates = [
             self.names.pick(self._coordinate_name(d), "o", d) for d in range(len(out_rows))
         ]
-        forms: list[_Affine | None] = [None] * size
-        derived: list[tuple[str, _Affine, int]] = []
-        equalities: list[_Affine] = []
+        self.coordinate_names = coordinates
+        self.forms = [None] * size
         pivot_of_row = {row: k for k, row in enumerate(form.pivot_rows)}
         for row_index, (_, offset) in enumerate(out_rows):
+            # c[row] - offset = sum(H[row][k] * w[k]): solve for the pivot, triangularly.
             position = _Affine({coordinates[row_index]: 1}, -offset)
             pivot = pivot_of_row.get(row_index)
-            for k in range(rank if pivot is None else pivot):
+            for k in range(form.rank if pivot is None else pivot):
                 coefficient = form.echelon[row_index][k]
                 if coefficient:
-                    position = position.plus(forms[k], -coefficient)  # type: ignore[arg-type]
+                    position = position.plus(self.forms[k], -coefficient)  # type: ignore[arg-type]
             if pivot is None:
-                equalities.append(position)
+                if not position.terms and position.const:
+                    return None
+                self.equalities.append(position)
                 continue
             divisor = form.echelon[row_index][pivot]
             if position.divisible_by(divisor):
-                forms[pivot] = position.divided(divisor)
+                self.forms[pivot] = position.divided(divisor)
             else:
-                name = self.names.pick(self._variable_name(basis, pivot), "d", len(derived))
-                derived.append((name, position, divisor))
-                forms[pivot] = _Affine({name: 1})
-        if any(not e.terms and e.const for e in equalities):
-            return self._empty()
+                preferred = self._variable_name(self.basis, pivot)
+                name = self.names.pick(preferred, "d", len(self.derived))
+                self.derived.append((name, position, divisor))
+                self.forms[pivot] = _Affine({name: 1})
+        return coordinates
 
-        # Reduction bounds over all range constraints, in the w variables.
+    def _reduction_bounds(self, lattice: Lattice) -> bool:
+        """Step 4: the exact box of the reduction variables; False if no tuple is valid."""
+        size = len(self.variables)
         w_names = [f"_w{k}" for k in range(size)]
-        ranges = self._ranges()
         w_constraints = []
-        for poly, extent in ranges:
-            row, const = self._in_lattice(poly, lattice.origin, basis)
+        for poly, extent in [*self.out_ranges, *self.other_ranges]:
+            row, const = self._in_lattice(poly, lattice.origin, self.basis)
             terms = tuple((w_names[k], Fraction(c)) for k, c in enumerate(row) if c)
             w_constraints.append(RangeConstraint(Polynomial(terms, const), extent))
         result = index_bounds(w_constraints, w_names)
         if result.bounds is None:
             if result.unbounded:
                 raise FlattenError(f"{self.statement}: unbounded after flattening")
-            return self._empty()
-        reductions: list[tuple[str, int]] = []
-        for k in range(rank, size):
+            return False
+        for k in range(self.rank, size):
             box = result.bounds[w_names[k]]
-            name = self.names.pick(self._variable_name(basis, k), "r", k - rank)
-            reductions.append((name, box.size))
-            forms[k] = _Affine({name: 1}, box.lo)
+            name = self.names.pick(self._variable_name(self.basis, k), "r", k - self.rank)
+            self.reductions.append((name, box.size))
+            self.forms[k] = _Affine({name: 1}, box.lo)  # shifted to start at 0
+        return True
 
-        # Every source variable, then every polynomial, over the kernel variables.
-        kernel_names = [*coordinates, *(d[0] for d in derived), *(r[0] for r in reductions)]
+    def _sources(self, lattice: Lattice) -> dict[str, _Affine]:
+        """Every source variable over the kernel variables."""
+        self.kernel_names = [
+            *self.coordinate_names,
+            *(name for name, _, _ in self.derived),
+            *(name for name, _ in self.reductions),
+        ]
         sources: dict[str, _Affine] = {}
         for index, variable in enumerate(self.variables):
             value = _Affine({}, lattice.origin[index])
-            for k, coefficient in enumerate(basis[index]):
+            for k, coefficient in enumerate(self.basis[index]):
                 if coefficient:
-                    value = value.plus(forms[k], coefficient)  # type: ignore[arg-type]
+                    value = value.plus(self.forms[k], coefficient)  # type: ignore[arg-type]
             sources[variable] = value
+        return sources
 
+    def _box(self, coordinates: list[str]) -> dict[str, Bounds] | None:
+        """The range of every kernel variable (derived ones: where they can be exact)."""
         box = {
             name: Bounds(0, extent - 1)
             for name, extent in zip(coordinates, self.out_dims, strict=True)
         }
-        flat_derived = []
-        for name, numerator, divisor in derived:
+        for name, numerator, divisor in self.derived:
             low, high = _interval(numerator, box)
             lo, hi = ceil(Fraction(low, divisor)), floor(Fraction(high, divisor))
             if lo > hi:
-                return self._empty()
+                return None
             box[name] = Bounds(lo, hi)
-            flat_derived.append(
-                FlatDerived(name, _vector(numerator, kernel_names), numerator.const, divisor)
-            )
-        for name, extent in reductions:
+        for name, extent in self.reductions:
             box[name] = Bounds(0, extent - 1)
+        return box
 
-        guard_sources = [
+    def _guards(
+        self, sources: dict[str, _Affine], box: dict[str, Bounds]
+    ) -> list[FlatConstraint] | None:
+        """Step 5: the halves of the operand and user constraints (and of the output's
+        equalities) that the box does not imply; None if one can never hold. The output's own
+        range constraints hold by construction: its subscripts are the coordinates."""
+        sources_of_guards = [
             RangeConstraint(self._substitute(poly, sources).polynomial(), extent)
-            for poly, extent in ranges[len(self.out_dims_nonconstant()) :]
+            for poly, extent in self.other_ranges
         ]
-        guard_sources += [RangeConstraint(e.polynomial(), 1) for e in equalities if e.terms]
-        for constraint in guard_sources:
+        sources_of_guards += [
+            RangeConstraint(e.polynomial(), 1) for e in self.equalities if e.terms
+        ]
+        for constraint in sources_of_guards:
             if constraint.poly.is_constant and not 0 <= constraint.poly.const < constraint.range:
-                return self._empty()
+                return None
         constraints = []
-        for guard in residual_guards(guard_sources, box):
+        for guard in residual_guards(sources_of_guards, box):
             affine = _Affine({n: int(c) for n, c in guard.poly.terms}, int(guard.poly.const))
+            coefficients = _vector(affine, self.kernel_names)
             if guard.half is Half.LOWER:  # poly >= 0  <=>  -poly <= 0
-                lhs = tuple(-c for c in _vector(affine, kernel_names))
-                constraints.append(FlatConstraint(lhs, affine.const))
+                constraints.append(FlatConstraint(tuple(-c for c in coefficients), affine.const))
             else:  # poly <= limit
-                lhs = _vector(affine, kernel_names)
-                constraints.append(FlatConstraint(lhs, guard.limit - affine.const))
-
-        accesses = [self._output_access(coordinates, kernel_names)]
-        for access in contraction.operands:
-            accesses.append(self._access(access.tensor, access.polys, sources, kernel_names))
-        return FlatContraction(
-            statement=self.statement,
-            names=tuple(kernel_names),
-            outputs=len(coordinates),
-            ranges=(*self.out_dims, *(0 for _ in derived), *(r[1] for r in reductions)),
-            derived=tuple(flat_derived),
-            access=tuple(accesses),
-            constraints=tuple(constraints),
-            agg=contraction.agg,
-            comb=contraction.comb,
-            dtype=tensor_dtype(self.bindings, self.op.output),
-            default=contraction.default,
-        )
+                constraints.append(FlatConstraint(coefficients, guard.limit - affine.const))
+        return constraints
 
     # ---- helpers -----------------------------------------------------------------------------
 
     def _out_polys(self) -> tuple[Polynomial, ...]:
         return self.contraction.output.polys
 
-    def out_dims_nonconstant(self) -> list[int]:
-        """The output dimensions whose polynomial has a variable (the binder drops range
-        constraints of constant subscripts, and so does `_ranges`)."""
-        return [d for d, p in enumerate(self._out_polys()) if not p.is_constant]
-
-    def _ranges(self) -> list[tuple[Polynomial, int]]:
-        """Every range constraint: output subscripts, operand subscripts, user constraints."""
-        ranges = []
+    def _ranges(self) -> tuple[list[tuple[Polynomial, int]], list[tuple[Polynomial, int]]]:
+        """The range constraints (spec 8.13 step 2): of the output's subscripts, and of the
+        operands' subscripts and the user's constraints. Constant subscripts were checked by
+        binding."""
+        ranges: list[list[tuple[Polynomial, int]]] = [[], []]
         for position, access in enumerate(self.contraction.access):
             # The binder may rename the output op after binding the contraction.
             dims = self.out_dims if position == 0 else tensor_dims(self.bindings, access.tensor)
             for poly, extent in zip(access.polys, dims, strict=True):
                 if not poly.is_constant:
-                    ranges.append((poly, extent))
-        ranges += [(c.poly, c.range) for c in self.contraction.constraints]
-        return ranges
+                    ranges[position > 0].append((poly, extent))
+        ranges[1] += [(c.poly, c.range) for c in self.contraction.constraints]
+        return ranges[0], ranges[1]
 
     def _congruence(self, poly: Polynomial) -> Congruence:
         scale = poly.denominator()
@@ -335,24 +384,21 @@ class _Flattener:
         return _Affine({n: int(c) for n, c in total.items() if c}, int(const))
 
     def _access(
-        self,
-        tensor: str,
-        polys: Sequence[Polynomial],
-        sources: Mapping[str, _Affine],
-        kernel_names: Sequence[str],
+        self, tensor: str, polys: Sequence[Polynomial], sources: Mapping[str, _Affine]
     ) -> FlatAccess:
         dims = tensor_dims(self.bindings, tensor)
         offset = 0
-        strides = [0] * len(kernel_names)
+        strides = [0] * len(self.kernel_names)
         for poly, stride in zip(polys, row_major(dims), strict=True):
             affine = self._substitute(poly, sources)
             offset += stride * affine.const
-            for k, coefficient in enumerate(_vector(affine, kernel_names)):
+            for k, coefficient in enumerate(_vector(affine, self.kernel_names)):
                 strides[k] += stride * coefficient
         return FlatAccess(tensor, tensor_dtype(self.bindings, tensor), dims, offset, tuple(strides))
 
-    def _output_access(self, coordinates: Sequence[str], kernel_names: Sequence[str]) -> FlatAccess:
-        strides = list(row_major(self.out_dims)) + [0] * (len(kernel_names) - len(coordinates))
+    def _output_access(self, coordinates: Sequence[str]) -> FlatAccess:
+        extra = len(self.kernel_names) - len(coordinates) if self.kernel_names else 0
+        strides = list(row_major(self.out_dims)) + [0] * extra
         return FlatAccess(
             self.op.output,
             tensor_dtype(self.bindings, self.op.output),
@@ -363,17 +409,18 @@ class _Flattener:
 
     def _empty(self) -> FlatContraction:
         """No tuple is valid: the kernel only writes 0 or the default (spec 8.12)."""
+        names = _Names(self.variables)
         coordinates = [
-            self.names.pick(self._coordinate_name(d), "o", d) for d in range(len(self.out_dims))
+            names.pick(self._coordinate_name(d), "o", d) for d in range(len(self.out_dims))
         ]
+        self.kernel_names = []
         operands = []
         for access in self.contraction.operands:
-            dims = tensor_dims(self.bindings, access.tensor)
             operands.append(
                 FlatAccess(
                     access.tensor,
                     tensor_dtype(self.bindings, access.tensor),
-                    dims,
+                    tensor_dims(self.bindings, access.tensor),
                     0,
                     (0,) * len(coordinates),
                 )
@@ -384,7 +431,7 @@ class _Flattener:
             outputs=len(coordinates),
             ranges=self.out_dims,
             derived=(),
-            access=(self._output_access(coordinates, coordinates), *operands),
+            access=(self._output_access(coordinates), *operands),
             constraints=(),
             agg=self.contraction.agg,
             comb=self.contraction.comb,
@@ -392,10 +439,6 @@ class _Flattener:
             default=self.contraction.default,
             empty=True,
         )
-
-
-def _fractional(poly: Polynomial) -> bool:
-    return poly.denominator() != 1
 
 
 def _vector(affine: _Affine, names: Sequence[str]) -> tuple[int, ...]:

@@ -264,7 +264,7 @@ class _Planner:
             if not self.constant(name) and (name in self.ready or name in self.outputs):
                 buffer_of[name] = self.buffer(name)
         shapes: dict[str, TensorShape] = {}
-        for buffer in {*self.inputs, *self.outputs, *written}:
+        for buffer in dict.fromkeys([*self.inputs, *self.outputs, *written]):  # stable order
             binding = self.bindings[buffer]
             assert isinstance(binding, TensorBinding)
             shapes[buffer] = binding.shape

@@ -25,6 +25,7 @@ element must have (0 for `+` and `=` without a default).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -55,7 +56,7 @@ from tile.program import OpKind
 from tile.syntax import AggOp, CombOp
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Sequence
 
     from semtree.kernel import HardwareSettings
     from semtree.nodes import Function
@@ -73,6 +74,19 @@ class GeneratedBody:
     global_size: tuple[int, int, int]
     flops: int
     bytes: int
+
+
+@dataclass(slots=True)
+class TileElement:
+    """One element of a work-group's tile, as the loop nest over the tile sees it."""
+
+    coordinates: list[Expr]  # one INDEX expression per output dimension
+    index: Expr  # the element's position in the tile's accumulator arrays
+    levels: list[int]  # per dimension: the tile loop binding it (0: none, outside them)
+    partial: set[int]  # dimensions whose last tile may stick out of the shape
+
+
+ElementBody = Callable[[TileElement], tuple[list[Stmt], list[tuple[int, Stmt]]]]
 
 
 def accumulator_dtype(dtype: DType) -> DType:
@@ -141,40 +155,56 @@ class _GroupKernel:
             self.writer.bytes(),
         )
 
-    def tile_loops(self, tag: str, element: Callable[[list[Expr], Expr], list[Stmt]]) -> Stmt:
-        """Loops over the elements of the tile; `element(coordinates, tile_index)` gives the
-        statements for one element, run only where the element is inside the shape."""
-        declarations: list[Stmt] = []
-        coordinates: list[Expr] = []
-        inside: list[Expr] = []
-        counters: list[tuple[str, int]] = []  # innermost first
-        tile_terms: list[tuple[int, Expr]] = []
+    def tile_loops(self, tag: str, element: ElementBody) -> Stmt:
+        """Loops over the elements of the tile, one per tiled dimension (outermost first).
+
+        `element(tile)` gives the statements for one element, run only where the element is
+        inside the shape, and statements to hoist to outer loop levels (level 0 is outside
+        every tile loop): loads that do not depend on the inner loops.
+        """
+        tile = TileElement([], IntConst(0), [], set())
+        counters: list[tuple[str, int]] = []
+        declarations: dict[int, list[Stmt]] = {}
+        strides: dict[int, int] = {}
         stride = 1
         for dimension in reversed(range(len(self.plan.shape))):
-            tile, size = self.tiles[dimension], self.plan.shape[dimension]
+            if self.tiles[dimension] > 1:
+                strides[dimension] = stride
+                stride *= self.tiles[dimension]
+        tile_terms: list[tuple[int, Expr]] = []
+        for dimension, (size, extent) in enumerate(zip(self.plan.shape, self.tiles, strict=True)):
             value = self.grid.bases[dimension]
-            if tile > 1:
+            level = 0
+            if extent > 1:
                 counter = self.writer.fresh(f"t{tag}{dimension}")
-                counters.append((counter, tile))
+                counters.append((counter, extent))
+                level = len(counters)
                 offset = Load(Lookup(counter))
                 value = affine([(1, value), (1, offset)])
-                tile_terms.append((stride, offset))
-                stride *= tile
+                tile_terms.append((strides[dimension], offset))
             declaration, coordinate = self.writer.declare(
                 Type.index(), self.coordinate_names[dimension], value
             )
-            declarations.insert(0, declaration)
-            coordinates.insert(0, coordinate)
-            if size % tile:
-                inside.insert(0, Binary(BinOp.LT, coordinate, IntConst(size)))
-        statements = element(coordinates, affine(tile_terms))
+            declarations.setdefault(level, []).append(declaration)
+            tile.coordinates.append(coordinate)
+            tile.levels.append(level)
+            if size % extent:
+                tile.partial.add(dimension)
+        tile.index = affine(tile_terms)
+        statements, hoisted = element(tile)
+        inside = [
+            Binary(BinOp.LT, tile.coordinates[d], IntConst(self.plan.shape[d]))
+            for d in sorted(tile.partial)
+        ]
         condition = conjunction(inside)
-        body: list[Stmt] = [*declarations]
-        body += [sb.if_(condition, statements)] if condition is not None else statements
-        loop: Stmt = sb.block(body)
-        for counter, count in counters:
-            loop = For(counter, count, 1, _block(loop))
-        return loop
+        body: list[Stmt] = [sb.if_(condition, statements)] if condition is not None else statements
+        for level in reversed(range(len(counters) + 1)):
+            prefix = declarations.get(level, []) + [h for at, h in hoisted if at == level]
+            body = [*prefix, *body]
+            if level > 0:
+                counter, count = counters[level - 1]
+                body = [For(counter, count, 1, sb.block(body))]
+        return body[0] if len(body) == 1 else sb.block(body)
 
     # ---- contraction phase ---------------------------------------------------------------------
 
@@ -217,11 +247,11 @@ class _GroupKernel:
         terms = [(c, self.variables[k]) for k, c in enumerate(constraint.lhs) if c]
         return Binary(BinOp.LE, affine(terms), IntConst(constraint.rhs))
 
-    def contribute(self, coordinates: list[Expr], tile_index: Expr) -> list[Stmt]:
+    def contribute(self, tile: TileElement) -> tuple[list[Stmt], list[tuple[int, Stmt]]]:
         """One tuple's contribution to one element of the tile."""
         flat = self.flat
         assert flat is not None
-        for k, coordinate in enumerate(coordinates):
+        for k, coordinate in enumerate(tile.coordinates):
             self.variables[k] = coordinate
         checks = []
         for position, derived in enumerate(flat.derived):
@@ -237,21 +267,34 @@ class _GroupKernel:
                 BinOp.EQ, Binary(BinOp.MOD, numerator, IntConst(derived.divisor)), IntConst(0)
             )
             checks.append((numerator_declaration, divisible, declaration))
-        update = self.update(tile_index)
+        # Loads are hoisted out of tile loops they do not depend on, unless a check inside
+        # the tile (a guard, a divisibility test) might make them invalid.
+        hoisted: list[tuple[int, Stmt]] = []
+        operands = []
+        hoistable = not checks and not self.inner_guards
+        for access in flat.operands:
+            terms = [(s, self.variables[k]) for k, s in enumerate(access.strides) if s]
+            value = self.writer.load(access.tensor, affine(terms, access.offset))
+            used = [k for k in range(flat.outputs) if access.strides[k]]
+            level = max((tile.levels[k] for k in used), default=0)
+            if hoistable and level < max(tile.levels, default=0) and not tile.partial & {*used}:
+                declaration, loaded = self.writer.declare(
+                    Type.value(value.dtype), f"{access.tensor}_value", value.expr
+                )
+                hoisted.append((level, declaration))
+                value = Typed(loaded, value.dtype)
+            operands.append(value)
+        update = self.update(tile.index, operands)
         condition = conjunction([self.guard(c) for c in self.inner_guards])
         statements: list[Stmt] = [sb.if_(condition, update)] if condition is not None else update
         # Each derived variable wraps what follows in its divisibility check.
         for numerator_declaration, divisible, declaration in reversed(checks):
             statements = [numerator_declaration, sb.if_(divisible, [declaration, *statements])]
-        return statements
+        return statements, hoisted
 
-    def update(self, tile_index: Expr) -> list[Stmt]:
+    def update(self, tile_index: Expr, operands: list[Typed]) -> list[Stmt]:
         flat = self.flat
         assert flat is not None
-        operands = []
-        for access in flat.operands:
-            terms = [(s, self.variables[k]) for k, s in enumerate(access.strides) if s]
-            operands.append(self.writer.load(access.tensor, affine(terms, access.offset)))
         value = convert(self.combine(flat, operands), self.acc_dtype)
         acc = self.element(self.acc, tile_index)
         current = Load(acc)
@@ -305,7 +348,8 @@ class _GroupKernel:
 
     # ---- output phase --------------------------------------------------------------------------
 
-    def output_phase(self, coordinates: list[Expr], tile_index: Expr) -> list[Stmt]:
+    def output_phase(self, tile: TileElement) -> tuple[list[Stmt], list[tuple[int, Stmt]]]:
+        coordinates, tile_index = tile.coordinates, tile.index
         statements: list[Stmt] = []
         values: dict[str, Typed] = {}
         ops = list(self.plan.ops)
@@ -322,7 +366,7 @@ class _GroupKernel:
         for name in self.plan.stores:
             offset = affine(zip(row_major(dims), coordinates, strict=True))
             statements.append(self.writer.store(name, offset, values[name]))
-        return statements
+        return statements, []
 
     def bind(self, values: dict[str, Typed], name: str, value: Typed) -> list[Stmt]:
         declaration, variable = self.writer.declare(Type.value(value.dtype), f"v{name}", value.expr)

@@ -22,8 +22,6 @@ from semtree.nodes import (
     Clamp,
     Expr,
     For,
-    IdKind,
-    IndexExpr,
     IntConst,
     Load,
     Lookup,
@@ -33,10 +31,11 @@ from semtree.nodes import (
 )
 from semtree.types import DType, Type
 from tile.gen_contract import GeneratedBody
-from tile.gen_kernel import KernelWriter, affine, product
+from tile.gen_kernel import KernelWriter, affine, grid_size, linear_group, product
 from tile.gen_ops import Typed, constant, convert
 
 if TYPE_CHECKING:
+    from semtree.kernel import HardwareSettings
     from tile.fuse import KernelPlan
     from tile.gen_kernel import ProgramContext
 
@@ -45,7 +44,9 @@ PRNG_LANES = 2048
 TAUSWORTHE = ((0xFFFFFFFE, 12, 13, 19), (0xFFFFFFF8, 4, 2, 25), (0xFFFFFFF0, 17, 3, 11))
 
 
-def generate_scatter(plan: KernelPlan, context: ProgramContext, name: str) -> GeneratedBody:
+def generate_scatter(
+    plan: KernelPlan, context: ProgramContext, settings: HardwareSettings, name: str
+) -> GeneratedBody:
     """`O[clamp(I[a]), b] += E[a, b]` over a zeroed `O`, one work-item per column `b`."""
     (op,) = plan.ops
     values, indices, _ = op.inputs
@@ -56,9 +57,10 @@ def generate_scatter(plan: KernelPlan, context: ProgramContext, name: str) -> Ge
     positions = product(context.dims(indices))
     out_param = writer.outputs[context.buffer_of[op.output]]
     statements: list[Stmt] = []
+    global_size = grid_size(columns, settings.goal_dim_sizes)
     column: Expr = IntConst(0)
     if columns > 1:
-        declaration, column = writer.declare(Type.index(), "column", IndexExpr(IdKind.GROUP, 0))
+        declaration, column = writer.declare(Type.index(), "column", linear_group(global_size))
         statements.append(declaration)
 
     def cell(row: Expr) -> Subscript:
@@ -90,16 +92,18 @@ def generate_scatter(plan: KernelPlan, context: ProgramContext, name: str) -> Ge
     )
     outputs, inputs = writer.params()
     return GeneratedBody(
-        writer.function(name, statements),
+        writer.function(name, _within(statements, column, columns, global_size)),
         outputs,
         inputs,
-        (columns, 1, 1),
+        global_size,
         positions * columns,
         writer.bytes(),
     )
 
 
-def generate_prng(plan: KernelPlan, context: ProgramContext, name: str) -> GeneratedBody:
+def generate_prng(
+    plan: KernelPlan, context: ProgramContext, settings: HardwareSettings, name: str
+) -> GeneratedBody:
     """The lane algorithm of spec 9.6 for one `prng_step`."""
     value_op = next((op for op in plan.ops if op.fn == "prng_value"), None)
     state_op = next((op for op in plan.ops if op.fn == "prng_state"), None)
@@ -108,7 +112,8 @@ def generate_prng(plan: KernelPlan, context: ProgramContext, name: str) -> Gener
     count = product(plan.shape)
     u32 = DType.UINT32
     statements: list[Stmt] = []
-    declaration, lane = writer.declare(Type.index(), "lane", IndexExpr(IdKind.GROUP, 0))
+    global_size = grid_size(PRNG_LANES, settings.goal_dim_sizes)
+    declaration, lane = writer.declare(Type.index(), "lane", linear_group(global_size))
     statements.append(declaration)
     components = []
     for row, letter in enumerate("abd"):
@@ -121,13 +126,14 @@ def generate_prng(plan: KernelPlan, context: ProgramContext, name: str) -> Gener
     position_declaration, position = writer.declare(
         Type.index(), "position", affine([(1, lane), (PRNG_LANES, Load(Lookup(counter)))])
     )
+
+    def u32_literal(value: int) -> Expr:
+        return constant(value, u32).expr
+
     advance: list[Stmt] = []
     for component, (mask, shift, feedback, back) in zip(components, TAUSWORTHE, strict=True):
+        # x = ((x & mask) << shift) ^ (((x << feedback) ^ x) >> back), all in u32
         state = Load(Lookup(component))
-
-        def u32_literal(value: int) -> Expr:
-            return constant(value, u32).expr
-
         masked = Binary(BinOp.SHL, Binary(BinOp.AND, state, u32_literal(mask)), u32_literal(shift))
         mixed = Binary(BinOp.XOR, Binary(BinOp.SHL, state, u32_literal(feedback)), state)
         advance.append(
@@ -157,10 +163,21 @@ def generate_prng(plan: KernelPlan, context: ProgramContext, name: str) -> Gener
             statements.append(writer.store(state_op.output, offset, value))
     outputs, inputs = writer.params()
     return GeneratedBody(
-        writer.function(name, statements),
+        writer.function(name, _within(statements, lane, PRNG_LANES, global_size)),
         outputs,
         inputs,
-        (PRNG_LANES, 1, 1),
+        global_size,
         count * 12,
         writer.bytes(),
     )
+
+
+def _within(
+    statements: list[Stmt], linear: Expr, count: int, global_size: tuple[int, int, int]
+) -> list[Stmt]:
+    """`statements` run only by the first `count` work-groups of a rounded-up grid (the
+    declaration of the linear id, first, stays outside)."""
+    if product(global_size) == count:
+        return statements
+    first, *rest = statements
+    return [first, sb.if_(Binary(BinOp.LT, linear, IntConst(count)), rest)]

@@ -81,9 +81,9 @@ def generate_program(
                     tiles = _tiles(kernel_plan, flat, settings)
                     generated = generate_group(kernel_plan, flat, context, settings, tiles, name)
             case PlanKind.SCATTER:
-                generated = generate_scatter(kernel_plan, context, name)
+                generated = generate_scatter(kernel_plan, context, settings, name)
             case _:
-                generated = generate_prng(kernel_plan, context, name)
+                generated = generate_prng(kernel_plan, context, settings, name)
         body, key = _shared_body(generated.body, bodies)
         kernels.append(
             KernelInfo(

@@ -26,7 +26,12 @@ if TYPE_CHECKING:
 
     from semtree.kernel import HardwareSettings
 
-MAX_TILE_ROWS = 4
+# Rows of a register tile. Measured with the LLVM backend on an AVX-512 host (2 threads,
+# scalar semtree left to LLVM's vectorisers): a 2 x 16 tile gives matmul 512 about 17 and a
+# 3x3 convolution about 25 GFLOP/s; with 4 x 16 the convolution gains 15% but LLVM turns the
+# matmul into gathers (under 1 GFLOP/s). Explicit vector accumulators (PERFORMANCE.md 2.1)
+# are what lifts this limit.
+MAX_TILE_ROWS = 2
 
 
 def choose_tiles(

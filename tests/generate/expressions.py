@@ -53,7 +53,7 @@ class Node:
     text: str
     evaluate: Callable[[Evaluator], Value]
     dtype: DType
-    has_tensor: bool
+    has_tensor: bool  # False: a compile-time constant, which binding folds (spec 7.6)
 
 
 class Evaluator:
@@ -286,8 +286,12 @@ def _unary(fn: str, x: Node) -> Node:
 
             return Node(f"(~{x.text})", evaluate, x.dtype, x.has_tensor)
         case _:
+            folds = fn in ("floor", "ceil")  # the only math functions that fold (spec 7.6)
             return Node(
-                f"{fn}({x.text})", lambda e: math_function(fn, x.evaluate(e)), x.dtype, x.has_tensor
+                f"{fn}({x.text})",
+                lambda e: math_function(fn, x.evaluate(e)),
+                x.dtype,
+                x.has_tensor or not folds,
             )
 
 
@@ -312,7 +316,8 @@ def _cast(x: Node, target: DType) -> Node:
     else:
         fn, width = _CASTS[target]
         text = f"{fn}({x.text}, {width})"
-    return Node(text, lambda e: convert(x.evaluate(e), target), target, x.has_tensor)
+    # Conversions never fold (spec 7.6): even of a constant they give a 0-D tensor.
+    return Node(text, lambda e: convert(x.evaluate(e), target), target, True)
 
 
 @st.composite

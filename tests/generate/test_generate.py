@@ -17,6 +17,7 @@ from tile.generate import generate_program
 
 ALL_SETTINGS = [
     pytest.param(SCALAR, id="scalar"),
+    pytest.param(replace(SCALAR, goal_dim_sizes=(1, 1, 65535)), id="narrow_grid"),
     pytest.param(tiled(2), id="tiled2"),
     pytest.param(LLVM_CPU, id="llvm_cpu"),
 ]
@@ -278,6 +279,7 @@ def test_gather_clamps(settings: object) -> None:
 
 @pytest.mark.parametrize("settings", ALL_SETTINGS)
 def test_scatter_adds_duplicates_and_clamps(settings: object) -> None:
+    """One work-item per column zeroes it and adds the rows in order."""
     values = np.array([[1, 2], [3, 4], [5, 6], [7, 8]], np.float32)
     index = np.array([2, 0, 2, 17], np.int32)
     got = run_program(
@@ -304,7 +306,14 @@ def _prng_reference(state: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarr
     return values, state.astype(np.uint32)
 
 
-def test_prng_lanes() -> None:
+@pytest.mark.parametrize(
+    "settings",
+    [
+        pytest.param(LLVM_CPU, id="llvm_cpu"),
+        pytest.param(replace(SCALAR, goal_dim_sizes=(1000, 65535, 65535)), id="narrow_grid"),
+    ],
+)
+def test_prng_lanes(settings: object) -> None:
     rng = np.random.default_rng(5)
     state = rng.integers(16, 2**32, size=(3, 2048), dtype=np.uint64).astype(np.uint32)
     source = """function (S) -> (V, N) {
@@ -312,7 +321,7 @@ def test_prng_lanes() -> None:
         V = prng_value(X);
         N = prng_state(X);
     }"""
-    got = run_program(source, {"S": state})
+    got = run_program(source, {"S": state}, settings)
     values, new_state = _prng_reference(state, 4500)
     assert np.array_equal(got["V"].reshape(-1), values)
     assert np.array_equal(got["N"], new_state)
