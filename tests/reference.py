@@ -89,6 +89,7 @@ if TYPE_CHECKING:
 INDEX_LIMIT = 2**31
 MAX_WHILE_ITERATIONS = 1_000_000
 _POISON_BYTE = 0x5A
+COLLECTIVE = -3  # RaceLog.writer of an element every work-item initialised
 
 
 class InterpreterError(RuntimeError):
@@ -261,7 +262,7 @@ class Machine:
                         start = np.zeros(self.items, np.int64)
                         address = Address(storage, start, element)
                         address.offset += index * address.lanes
-                        self.write(address, value, mask)
+                        self.write(address, value, mask, collective=True)
                 self.env[name] = storage
             case Store(ref, value):
                 address = self.address(ref, mask)
@@ -375,7 +376,11 @@ class Machine:
             return Pointer(storage.target, raw[:, 0])
         return raw
 
-    def write(self, address: Address, value: Value, mask: np.ndarray) -> None:
+    def write(
+        self, address: Address, value: Value, mask: np.ndarray, *, collective: bool = False
+    ) -> None:
+        """Store `value` for the work-items of `mask`; `collective`: every work-item fills the
+        element with the same value (a declaration's initialiser)."""
         storage = address.storage
         if isinstance(value, Pointer):
             if storage.target is not None and storage.target is not value.target:
@@ -387,14 +392,22 @@ class Machine:
             value = self.convert(value, source, address.stored, mask)
         rows, columns = self.columns(address, mask)
         if storage.races is not None:
-            self.note_access(storage, rows, columns, mask, write=True)
+            self.note_access(storage, rows, columns, mask, write=True, collective=collective)
         value = np.broadcast_to(value, (self.items, address.lanes))
         storage.data[np.broadcast_to(rows, columns.shape)[mask], columns[mask]] = value[mask]
 
     def note_access(
-        self, storage: Storage, rows: np.ndarray, columns: np.ndarray, mask: np.ndarray, write: bool
+        self,
+        storage: Storage,
+        rows: np.ndarray,
+        columns: np.ndarray,
+        mask: np.ndarray,
+        write: bool,
+        collective: bool = False,
     ) -> None:
-        """Record an access to local memory; raise on a race with another work-item."""
+        """Record an access to local memory; raise on a race with another work-item. A
+        collective write (an initialiser, the same value from every work-item) may be read
+        by anyone before the next barrier, but not overwritten."""
         log = storage.races
         assert log is not None
         items = np.nonzero(mask)[0]
@@ -407,10 +420,14 @@ class Machine:
         epoch = self.epoch[self.group[item]]
         where = (row, column)
         written = (log.write_epoch[where] == epoch) & (log.writer[where] != item)
+        if not write:
+            written &= log.writer[where] != COLLECTIVE
         read = (log.read_epoch[where] == epoch) & (log.reader[where] != item)
         keys = row * storage.data.shape[1] + column
         _, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
         shared = (counts > 1)[inverse]  # several work-items touch it in this statement
+        if collective:
+            shared[:] = False
         conflict = written | (read | shared if write else np.zeros_like(written))
         if conflict.any():
             at = int(np.argmax(conflict))
@@ -420,7 +437,8 @@ class Machine:
                 f"{action} it without a barrier after another work-item's access"
             )
         if write:
-            log.writer[where], log.write_epoch[where] = item, epoch
+            log.writer[where] = COLLECTIVE if collective else item
+            log.write_epoch[where] = epoch
         else:
             again = (log.read_epoch[where] == epoch) & (log.reader[where] != item)
             log.reader[where] = np.where(shared | again, -2, item)
