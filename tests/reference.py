@@ -243,7 +243,7 @@ class Machine:
         rows = self.group if local else np.arange(self.items)
         lanes = 1 if element.is_pointer else element.vec_width
         data = poison(np.empty((owners, max(1, type_.array) * lanes), numpy_dtype(element)))
-        races = RaceLog.fresh(data.shape) if local else None
+        races = RaceLog.fresh(data.shape) if local and self.group_size > 1 else None
         return Storage(name, data, rows, type_, races=races)
 
     # ---- statements --------------------------------------------------------------------------

@@ -2,12 +2,13 @@
 
 Pure integer decisions, no semtree: `tile.gen_gpu_contract` turns a `GpuTiling` into a kernel.
 
-* **Output tile.** A work-group of `threads` work-items owns a box of output elements, a
-  power of two per output dimension (`tiles`), the contiguous (last) dimension grown first.
-  Its `lanes = min(threads, elements)` work-items each own `per_item` elements, element
-  `lane + lanes * j`; when the tile has fewer elements than the group has work-items, the
-  `splits = threads / lanes` groups of lanes share the reduction and their partial
-  accumulators are merged through local memory at the end.
+* **Output tile.** A work-group of `threads` work-items (`settings.threads`, rounded down to
+  a power of two) owns a box of output elements, a power of two per output dimension
+  (`tiles`), the contiguous (last) dimension grown first. Its `lanes = min(threads,
+  elements)` work-items each own `per_item` elements, element `lane + lanes * j`; when the
+  tile has fewer elements than the group has work-items, the `splits = threads / lanes`
+  groups of lanes share the reduction and their partial accumulators are merged through
+  local memory at the end.
 * **Reduction chunks.** The reduction runs in chunks: a box of `chunks[k]` consecutive values
   of every reduction variable, the innermost (last) variable grown first.
 * **Staging.** For every chunk the work-group copies each operand's footprint on the output
@@ -160,7 +161,7 @@ def choose_tiling(
 ) -> GpuTiling | None:
     """The work-group tiling of a contraction with reductions, or None when even the merge
     of partial results does not fit local memory (the caller then uses a simpler kernel)."""
-    threads = settings.threads
+    threads = 1 << (settings.threads.bit_length() - 1)  # the tiles are powers of two
     ranges = flat.ranges
     tiles = _output_tiles(ranges[: flat.outputs], threads, settings.goal_groups)
     lanes = min(threads, product(tiles))

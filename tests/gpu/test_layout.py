@@ -127,3 +127,10 @@ def test_local_memory_budget_is_respected() -> None:
 def test_no_tiling_when_the_merge_does_not_fit() -> None:
     flat = _flat(SUM_ALL, A=(30, 50))
     assert choose_tiling(flat, replace(TYPICAL_GPU, max_mem=512), DType.FLOAT32) is None
+
+
+def test_work_groups_are_a_power_of_two() -> None:
+    flat = _flat(MATMUL, A=(64, 48), B=(48, 64))
+    tiling = choose_tiling(flat, replace(TYPICAL_GPU, threads=48), DType.FLOAT32)
+    assert tiling is not None and tiling.threads == 32
+    assert tiling.lanes * tiling.per_item == tiling.elements
