@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint setup clean
+.PHONY: demo test lint setup clean conformance-gpu
 
 setup: $(STAMP)
 
@@ -34,6 +34,11 @@ test: lint
 	  $(PY) $(CONFORMANCE) $(SHARED)/conformance/cases --device $$device && \
 	  $(PY) $(CONFORMANCE) $(SHARED)/spec/cases --device $$device || exit 1; \
 	done
+
+# The conformance suites on opencl.0 with the GPU settings forced (GPU-style kernels on PoCL).
+conformance-gpu: $(STAMP)
+	TILE_FORCE_GPU_SETTINGS=1 $(PY) $(CONFORMANCE) $(SHARED)/conformance/cases --device opencl.0
+	TILE_FORCE_GPU_SETTINGS=1 $(PY) $(CONFORMANCE) $(SHARED)/spec/cases --device opencl.0
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

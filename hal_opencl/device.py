@@ -8,6 +8,11 @@ targets: CPU devices (PoCL) get the OpenCL CPU preset (one work-item per work-gr
 read from global memory, vector strips), GPUs the GPU preset (work-group tiling through local
 memory). A device's context and in-order queue (`queue.DeviceQueue`) are created on first use.
 
+`TILE_FORCE_GPU_SETTINGS=1` in the environment gives every OpenCL device the GPU preset (built
+from its own queries), so PoCL runs the GPU-style kernels (work-groups of many work-items,
+local memory, barriers) and tests them (issue 4). It is read when a device first builds its
+settings, and the settings' fingerprint keeps the program cache apart.
+
 This module, `executor.py`, `memory.py`, `queue.py` and `compiler.py` import pyopencl; the
 package itself does not, so a machine without OpenCL imports everything and runs `llvm_cpu.0`.
 A missing ICD, no platform or no device becomes `DeviceUnavailableError`, which the registry
@@ -17,6 +22,7 @@ records as the OpenCL backend's failure.
 from __future__ import annotations
 
 import importlib
+import os
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -27,6 +33,8 @@ from hal.errors import DeviceUnavailableError
 from hal.interfaces import Device, DeviceKind, DeviceSet, Driver
 from hal_opencl.executor import OpenCLExecutor
 from hal_opencl.queue import DeviceQueue
+
+FORCE_GPU_SETTINGS = "TILE_FORCE_GPU_SETTINGS"
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -116,10 +124,11 @@ def query_capabilities(cl_device: cl.Device) -> Capabilities:
 
 def hardware_settings(capabilities: Capabilities) -> HardwareSettings:
     """The generator's settings for a device (Appendix C): the CPU preset for CPU devices,
-    the GPU preset for everything else."""
+    the GPU preset for everything else, or for every device under TILE_FORCE_GPU_SETTINGS."""
     # Imported here: listing devices must not import the kernel IR (or the renderer).
     settings_class = importlib.import_module("semtree.kernel").HardwareSettings
-    if capabilities.kind is DeviceKind.CPU:
+    forced = os.environ.get(FORCE_GPU_SETTINGS, "").strip() not in ("", "0")
+    if capabilities.kind is DeviceKind.CPU and not forced:
         return settings_class.opencl_cpu(
             max_work_group_size=capabilities.max_work_group_size,
             max_work_item_sizes=capabilities.max_work_item_sizes,

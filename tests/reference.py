@@ -21,7 +21,10 @@ reach it together. Semantics implemented here, exactly (ARCHITECTURE 4.4, spec 5
 - `MAX`/`MIN` ignore a NaN operand (C `fmax`/`fmin`), `ROUND` rounds halves away from zero,
   `Clamp` is `min(max(x, lo), hi)` (NaN gives `lo` for floats), `MAD` is `a * b + c`;
 - out-of-bounds accesses by active work-items raise `InterpreterError`; fresh declarations
-  and (by default) output buffers hold NaN / a byte pattern, so unwritten values show up.
+  and (by default) output buffers hold NaN / a byte pattern, so unwritten values show up;
+- local memory is checked for data races: between two barriers of a work-group, an element
+  that one work-item writes may not be read or written by another (lockstep execution would
+  hide such a race; a real device runs the work-items in any order).
 """
 
 from __future__ import annotations
@@ -86,6 +89,7 @@ if TYPE_CHECKING:
 INDEX_LIMIT = 2**31
 MAX_WHILE_ITERATIONS = 1_000_000
 _POISON_BYTE = 0x5A
+COLLECTIVE = -3  # RaceLog.writer of an element every work-item initialised
 
 
 class InterpreterError(RuntimeError):
@@ -104,6 +108,23 @@ class Storage:
     rows: np.ndarray  # (items,) the row each work-item uses
     declared: Type  # the declared type (what `semtree.typing` sees)
     target: Storage | None = None  # pointer storage: the buffer pointed into
+    races: RaceLog | None = None  # local memory: who touched each element since the barrier
+
+
+@dataclass(slots=True)
+class RaceLog:
+    """For each element of a local array, shaped like its `data`: the work-item that last
+    wrote it and the barrier epoch of that write; the work-item that read it (-2: several)
+    in the epoch `read_epoch`."""
+
+    writer: np.ndarray
+    write_epoch: np.ndarray
+    reader: np.ndarray
+    read_epoch: np.ndarray
+
+    @staticmethod
+    def fresh(shape: tuple[int, ...]) -> RaceLog:
+        return RaceLog(*(np.full(shape, -1, np.int64) for _ in range(4)))
 
 
 @dataclass(slots=True)
@@ -181,6 +202,7 @@ class Machine:
         self.group_size = local[0] * local[1] * local[2]
         self.alive = np.ones(self.items, bool)
         self.env: dict[str, Storage] = {}
+        self.epoch = np.zeros(self.group_count, np.int64)  # barriers passed, per work-group
 
     # ---- entry -------------------------------------------------------------------------------
 
@@ -221,7 +243,8 @@ class Machine:
         rows = self.group if local else np.arange(self.items)
         lanes = 1 if element.is_pointer else element.vec_width
         data = poison(np.empty((owners, max(1, type_.array) * lanes), numpy_dtype(element)))
-        return Storage(name, data, rows, type_)
+        races = RaceLog.fresh(data.shape) if local and self.group_size > 1 else None
+        return Storage(name, data, rows, type_, races=races)
 
     # ---- statements --------------------------------------------------------------------------
 
@@ -239,7 +262,7 @@ class Machine:
                         start = np.zeros(self.items, np.int64)
                         address = Address(storage, start, element)
                         address.offset += index * address.lanes
-                        self.write(address, value, mask)
+                        self.write(address, value, mask, collective=True)
                 self.env[name] = storage
             case Store(ref, value):
                 address = self.address(ref, mask)
@@ -279,6 +302,7 @@ class Machine:
                 arrived = np.bincount(self.group[mask], minlength=self.group_count)
                 if np.any((arrived != 0) & (arrived != self.group_size)):
                     raise InterpreterError("barrier reached by only part of a work-group")
+                self.epoch[arrived != 0] += 1
             case Return(None):
                 self.alive &= ~mask
             case _:
@@ -343,6 +367,8 @@ class Machine:
         if storage.data.shape[1] == 0:
             return np.zeros((self.items, address.lanes), storage.data.dtype)
         rows, columns = self.columns(address, mask)
+        if storage.races is not None:
+            self.note_access(storage, rows, columns, mask, write=False)
         raw = storage.data[rows, columns]
         if address.type.base_is_pointer:
             if storage.target is None:
@@ -350,7 +376,11 @@ class Machine:
             return Pointer(storage.target, raw[:, 0])
         return raw
 
-    def write(self, address: Address, value: Value, mask: np.ndarray) -> None:
+    def write(
+        self, address: Address, value: Value, mask: np.ndarray, *, collective: bool = False
+    ) -> None:
+        """Store `value` for the work-items of `mask`; `collective`: every work-item fills the
+        element with the same value (a declaration's initialiser)."""
         storage = address.storage
         if isinstance(value, Pointer):
             if storage.target is not None and storage.target is not value.target:
@@ -361,8 +391,58 @@ class Machine:
             source = value_type(address.type, self.native_fp16)
             value = self.convert(value, source, address.stored, mask)
         rows, columns = self.columns(address, mask)
+        if storage.races is not None:
+            self.note_access(storage, rows, columns, mask, write=True, collective=collective)
         value = np.broadcast_to(value, (self.items, address.lanes))
         storage.data[np.broadcast_to(rows, columns.shape)[mask], columns[mask]] = value[mask]
+
+    def note_access(
+        self,
+        storage: Storage,
+        rows: np.ndarray,
+        columns: np.ndarray,
+        mask: np.ndarray,
+        write: bool,
+        collective: bool = False,
+    ) -> None:
+        """Record an access to local memory; raise on a race with another work-item. A
+        collective write (an initialiser, the same value from every work-item) may be read
+        by anyone before the next barrier, but not overwritten."""
+        log = storage.races
+        assert log is not None
+        items = np.nonzero(mask)[0]
+        if not items.size:
+            return
+        lanes = columns.shape[1]
+        item = np.repeat(items, lanes)
+        row = np.broadcast_to(rows, columns.shape)[mask].reshape(-1)
+        column = columns[mask].reshape(-1)
+        epoch = self.epoch[self.group[item]]
+        where = (row, column)
+        written = (log.write_epoch[where] == epoch) & (log.writer[where] != item)
+        if not write:
+            written &= log.writer[where] != COLLECTIVE
+        read = (log.read_epoch[where] == epoch) & (log.reader[where] != item)
+        keys = row * storage.data.shape[1] + column
+        _, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
+        shared = (counts > 1)[inverse]  # several work-items touch it in this statement
+        if collective:
+            shared[:] = False
+        conflict = written | (read | shared if write else np.zeros_like(written))
+        if conflict.any():
+            at = int(np.argmax(conflict))
+            action = "writes" if write else "reads"
+            raise InterpreterError(
+                f"data race on local {storage.name}[{column[at]}]: work-item {item[at]} "
+                f"{action} it without a barrier after another work-item's access"
+            )
+        if write:
+            log.writer[where] = COLLECTIVE if collective else item
+            log.write_epoch[where] = epoch
+        else:
+            again = (log.read_epoch[where] == epoch) & (log.reader[where] != item)
+            log.reader[where] = np.where(shared | again, -2, item)
+            log.read_epoch[where] = epoch
 
     # ---- expressions -------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from semtree.nodes import Declare, For, Lookup, Node, c_identifier, rewrite, wal
 from tile.flatten import flatten
 from tile.fuse import PlanKind, plan_program
 from tile.gen_contract import accumulator_dtype, generate_group
+from tile.gen_gpu import generate_gpu_group, uses_gpu_kernels
 from tile.gen_kernel import ProgramContext, product
 from tile.gen_special import generate_prng, generate_scatter
 from tile.gen_vector import generate_vector_contraction
@@ -66,7 +67,15 @@ def generate_program(
             continue
         flat = None
         tiles: tuple[int, ...] = ()
+        local_size = (1, 1, 1)
         match kernel_plan.kind:
+            case PlanKind.CONTRACTION | PlanKind.ELEMENTWISE if uses_gpu_kernels(settings):
+                # GPU-style kernels (work-groups of several work-items): tile.gen_gpu.
+                contraction = kernel_plan.contraction
+                if contraction is not None:
+                    flat = flatten(contraction, bound.bindings)
+                gpu = generate_gpu_group(kernel_plan, flat, context, settings, name)
+                generated, tiles, local_size = gpu.generated, gpu.tiles, gpu.local_size
             case PlanKind.CONTRACTION | PlanKind.ELEMENTWISE:
                 contraction = kernel_plan.contraction
                 if contraction is not None:
@@ -91,7 +100,7 @@ def generate_program(
                 kind=KIND[kernel_plan.kind],
                 params=_params(generated, context),
                 global_size=generated.global_size,
-                local_size=(1, 1, 1),
+                local_size=local_size,
                 body=body,
                 flops=generated.flops,
                 bytes=generated.bytes,
