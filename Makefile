@@ -34,6 +34,7 @@ test: lint
 	  $(PY) $(CONFORMANCE) $(SHARED)/conformance/cases --device $$device && \
 	  $(PY) $(CONFORMANCE) $(SHARED)/spec/cases --device $$device || exit 1; \
 	done
+	$(MAKE) --no-print-directory conformance-gpu
 
 # The conformance suites on opencl.0 with the GPU settings forced (GPU-style kernels on PoCL).
 conformance-gpu: $(STAMP)
