@@ -48,10 +48,19 @@ from semtree.nodes import (
     Store,
     Subscript,
 )
-from semtree.types import DType, Type, TypeBase, promote
+from semtree.types import DType, Type, TypeBase
 from tile.flatten import row_major
 from tile.gen_kernel import Grid, KernelWriter, affine, conjunction, product
-from tile.gen_ops import GenerateError, Typed, apply, constant, convert, identity, rounded, zero
+from tile.gen_ops import (
+    GenerateError,
+    Typed,
+    apply,
+    combine,
+    constant,
+    convert,
+    identity,
+    zero,
+)
 from tile.program import OpKind
 from tile.syntax import AggOp, CombOp
 
@@ -295,7 +304,7 @@ class _GroupKernel:
     def update(self, tile_index: Expr, operands: list[Typed]) -> list[Stmt]:
         flat = self.flat
         assert flat is not None
-        value = convert(self.combine(flat, operands), self.acc_dtype)
+        value = convert(combine(flat, operands), self.acc_dtype)
         acc = self.element(self.acc, tile_index)
         current = Load(acc)
         match flat.agg:
@@ -319,27 +328,6 @@ class _GroupKernel:
                 Store(self.element(self.hit, tile_index), constant(1, DType.BOOLEAN).expr)
             )
         return statements
-
-    def combine(self, flat: FlatContraction, operands: list[Typed]) -> Typed:
-        """The combined value of one tuple (spec 8.5), of the output type."""
-        dtype = flat.dtype
-        match flat.comb:
-            case CombOp.NONE:
-                return Typed(convert(operands[0], dtype), dtype)
-            case CombOp.ADD | CombOp.MUL:
-                op = BinOp.ADD if flat.comb is CombOp.ADD else BinOp.MUL
-                left, right = (convert(o, dtype) for o in operands)
-                return rounded(Binary(op, left, right), dtype)
-            case CombOp.EQ | CombOp.COND:
-                common = promote(operands[0].dtype, operands[1].dtype)
-                left, right = (convert(o, common) for o in operands[:2])
-                equal = Binary(BinOp.EQ, left, right)
-                if flat.comb is CombOp.EQ:
-                    return Typed(equal, DType.BOOLEAN)
-                chosen = convert(operands[2], dtype)
-                return Typed(Select(equal, chosen, zero(dtype).expr), dtype)
-            case _:
-                raise GenerateError(f"no combination {flat.comb}")
 
     def element(self, array: str, tile_index: Expr) -> Subscript | Lookup:
         if product(self.tiles) > 1:

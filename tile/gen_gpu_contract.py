@@ -49,10 +49,10 @@ from semtree.nodes import (
 )
 from semtree.types import DType, Type, TypeBase
 from tile.gen_contract import GeneratedBody, accumulator_dtype
-from tile.gen_gpu_element import OutputPhase, aggregate, combine, guard, guarded
+from tile.gen_gpu_element import OutputPhase, aggregate, guard, guarded
 from tile.gen_gpu_local import Partials, div_mod, less, local_array, merge_partials, stage_copy
 from tile.gen_kernel import KernelWriter, affine, conjunction, product
-from tile.gen_ops import GenerateError, Typed, constant, convert, identity
+from tile.gen_ops import GenerateError, Typed, combine, constant, convert, identity
 from tile.program import OpKind
 from tile.syntax import AggOp, CombOp
 

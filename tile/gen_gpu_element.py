@@ -25,12 +25,12 @@ from semtree.nodes import (
     Select,
     Stmt,
 )
-from semtree.types import DType, Type, promote
+from semtree.types import DType, Type
 from tile.flatten import row_major
 from tile.gen_kernel import affine, conjunction
-from tile.gen_ops import GenerateError, Typed, apply, constant, convert, rounded, zero
+from tile.gen_ops import GenerateError, Typed, apply, constant, convert, zero
 from tile.program import OpKind
-from tile.syntax import AggOp, CombOp
+from tile.syntax import AggOp
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -40,28 +40,6 @@ if TYPE_CHECKING:
     from tile.fuse import KernelPlan
     from tile.gen_kernel import KernelWriter, ProgramContext
     from tile.program import BoundOp
-
-
-def combine(flat: FlatContraction, operands: Sequence[Typed]) -> Typed:
-    """The combined value of one tuple (spec 8.5), of the output type."""
-    dtype = flat.dtype
-    match flat.comb:
-        case CombOp.NONE:
-            return Typed(convert(operands[0], dtype), dtype)
-        case CombOp.ADD | CombOp.MUL:
-            op = BinOp.ADD if flat.comb is CombOp.ADD else BinOp.MUL
-            left, right = (convert(o, dtype) for o in operands)
-            return rounded(Binary(op, left, right), dtype)
-        case CombOp.EQ | CombOp.COND:
-            common = promote(operands[0].dtype, operands[1].dtype)
-            left, right = (convert(o, common) for o in operands[:2])
-            equal = Binary(BinOp.EQ, left, right)
-            if flat.comb is CombOp.EQ:
-                return Typed(equal, DType.BOOLEAN)
-            chosen = convert(operands[2], dtype)
-            return Typed(Select(equal, chosen, zero(dtype).expr), dtype)
-        case _:
-            raise GenerateError(f"no combination {flat.comb}")
 
 
 def aggregate(agg: AggOp, dtype: DType, current: Expr, value: Expr) -> Expr:

@@ -30,12 +30,14 @@ from semtree.nodes import (
     Unary,
     UnOp,
 )
-from semtree.types import DType, Type
+from semtree.types import DType, Type, promote
+from tile.syntax import CombOp
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from semtree.kernel import HardwareSettings
+    from tile.flat import FlatContraction
 
 
 class GenerateError(Exception):
@@ -237,3 +239,25 @@ def _inverse_hyperbolic(
             )
             value = Binary(BinOp.MUL, lit(0.5), call(Builtin.LOG, ratio))
     return rounded(convert(Typed(value, work), compute), compute)
+
+
+def combine(flat: FlatContraction, operands: Sequence[Typed]) -> Typed:
+    """The combined value of one tuple (spec 8.5), of the output type."""
+    dtype = flat.dtype
+    match flat.comb:
+        case CombOp.NONE:
+            return Typed(convert(operands[0], dtype), dtype)
+        case CombOp.ADD | CombOp.MUL:
+            op = BinOp.ADD if flat.comb is CombOp.ADD else BinOp.MUL
+            left, right = (convert(o, dtype) for o in operands)
+            return rounded(Binary(op, left, right), dtype)
+        case CombOp.EQ | CombOp.COND:
+            common = promote(operands[0].dtype, operands[1].dtype)
+            left, right = (convert(o, common) for o in operands[:2])
+            equal = Binary(BinOp.EQ, left, right)
+            if flat.comb is CombOp.EQ:
+                return Typed(equal, DType.BOOLEAN)
+            chosen = convert(operands[2], dtype)
+            return Typed(Select(equal, chosen, zero(dtype).expr), dtype)
+        case _:
+            raise GenerateError(f"no combination {flat.comb}")
