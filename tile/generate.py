@@ -7,6 +7,7 @@ front end's back half:
                  --tile.flatten.flatten-->   FlatContraction per contraction
                  --tile.tile_opt-->          tile sizes
                  --tile.gen_contract / tile.gen_special--> semtree bodies
+                   (tile.gen_gpu instead of tile.gen_contract for GPU settings)
                  --> KernelList (launch order = dependency order)
 
 Kernels are named `<prefix>_<n>`; bodies that come out identical (same structure on

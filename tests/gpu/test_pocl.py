@@ -9,7 +9,12 @@ gives every OpenCL device the GPU preset from its own queries; on PoCL that is w
 
 Here the module's device is a fresh `opencl.0` made while the variable is set, so the other
 tests of the session keep their CPU-style device. Every case is compared with its expected
-outputs by the conformance runner's own `compare_output`.
+outputs by the conformance runner's own `compare_output`. A second device runs the
+`SMALL_GPU` and `MID_GPU` settings (few work-items, little local memory), whose kernels have
+several elements per work-item, reductions in several chunks and operands left in global
+memory: some cases under them, and contractions over every kind of element type (half,
+bool, narrow and wide integers, double) compared with `llvm_cpu.0`. Under `-m slow`, the
+whole suite runs under those settings too.
 """
 
 from __future__ import annotations
@@ -24,16 +29,21 @@ import pytest
 import tile
 from hal.errors import DeviceUnavailableError
 from hal.interfaces import DeviceKind
-from hal_opencl.device import FORCE_GPU_SETTINGS, OpenCLDriver, hardware_settings
+from hal_opencl.device import FORCE_GPU_SETTINGS, OpenCLDevice, OpenCLDriver, hardware_settings
 from hal_opencl.program import render_program
 from hal_opencl.render import RenderOptions
 from semtree.kernel import KernelKind
 from tests.generate.test_conformance import CASES, RUNNER
+from tests.gpu.settings import MID_GPU, SMALL_GPU
 from tile.generate import generate_program
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
+
+    import pyopencl as cl
+
+    from semtree.kernel import HardwareSettings
 
 pytestmark = pytest.mark.opencl
 
@@ -61,25 +71,51 @@ STAGED = [
 
 
 @pytest.fixture(scope="module")
-def gpu_device() -> Iterator[tile.Device]:
+def driver() -> Iterator[OpenCLDriver]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(FORCE_GPU_SETTINGS, "1")
         try:
             driver = OpenCLDriver()
         except DeviceUnavailableError as error:  # the shipped backend is required
             pytest.fail(f"opencl must be available here: {error}")
-        hal_device = driver.devices()[0]
-        settings = hal_device.settings  # built now, under the variable
-    device = tile.Device(
+        driver.devices()[0].settings  # noqa: B018 (built now, under the variable)
+    yield driver
+    driver.close()
+
+
+@pytest.fixture(scope="module")
+def gpu_device(driver: OpenCLDriver) -> tile.Device:
+    """`opencl.0` with the GPU settings forced by the variable."""
+    hal_device = driver.devices()[0]
+    return tile.Device(
         hal_device.id,
         f"{hal_device.description} (GPU settings forced)",
         hal_device.kind.value,
-        settings,
+        hal_device.settings,
         True,
         hal_device,
     )
-    yield device
-    driver.close()
+
+
+class _Configured(OpenCLDevice):
+    """An OpenCL device with the kernel generator's settings given by the test."""
+
+    def __init__(self, cl_device: cl.Device, settings: HardwareSettings) -> None:
+        super().__init__(0, cl_device)
+        self.given = settings
+
+    @property
+    def settings(self) -> HardwareSettings:  # type: ignore[override]
+        return self.given
+
+
+@pytest.fixture(scope="module", params=[SMALL_GPU, MID_GPU], ids=["small", "mid"])
+def small_device(request: pytest.FixtureRequest, driver: OpenCLDriver) -> Iterator[tile.Device]:
+    hal_device = _Configured(driver.devices()[0].cl_device, request.param)
+    yield tile.Device(
+        hal_device.id, "configured", hal_device.kind.value, request.param, True, hal_device
+    )
+    hal_device.close()
 
 
 def test_the_variable_selects_the_gpu_preset(
@@ -98,13 +134,12 @@ def test_the_variable_selects_the_gpu_preset(
             assert hardware_settings(capabilities).use_global
 
 
-@pytest.mark.parametrize("path", CASES, ids=lambda path: path.stem)
-def test_case(path: Path, gpu_device: tile.Device) -> None:
+def _check_case(path: Path, device: tile.Device) -> None:
     assert RUNNER is not None
     case = json.loads(path.read_text())
     case["_dir"] = str(path.parent)
     inputs, expected = RUNNER.load_arrays(case)
-    outputs = tile.run(case["source"], inputs, device=gpu_device)
+    outputs = tile.run(case["source"], inputs, device=device)
     tolerance = case.get("tolerance", {"rtol": 0.0, "atol": 0.0})
     for name, spec in case["outputs"].items():
         assert name in outputs, f"output {name} missing"
@@ -112,6 +147,85 @@ def test_case(path: Path, gpu_device: tile.Device) -> None:
             name, np.asarray(outputs[name]), expected[name], spec, tolerance, False
         )
         assert ok, message
+
+
+@pytest.mark.parametrize("path", CASES, ids=lambda path: path.stem)
+def test_case(path: Path, gpu_device: tile.Device) -> None:
+    _check_case(path, gpu_device)
+
+
+SOME = [
+    "matmul_batched_3d",
+    "conv2d_same_stride2",
+    "conv2d_transpose_same_stride2",
+    "lang_test_fractional_index_subdivision",
+    "maxpool2d_same_stride2",
+    "mlp_two_dense_softmax",
+    "spec018_cumsum_constraint",
+    "spec032_unpool_overlap",
+    "spec038_argmax",
+    "spec040_default_partial",
+    "spec047_int_contraction_wrap",
+    "sum_all_to_0d",
+]
+
+
+@pytest.mark.parametrize("path", [p for p in CASES if p.stem in SOME], ids=lambda p: p.stem)
+def test_case_with_small_work_groups(path: Path, small_device: tile.Device) -> None:
+    _check_case(path, small_device)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", CASES, ids=lambda path: path.stem)
+def test_every_case_with_small_work_groups(path: Path, small_device: tile.Device) -> None:
+    _check_case(path, small_device)
+
+
+# Contractions over every kind of element type: (source, {input: (dtype, shape)}).
+TYPED = [
+    (
+        "function (A[M, K], B[K, N]) -> (C) { C[m, n: M, N] = +(A[m, k] * B[k, n]); }",
+        {"A": ("float16", (13, 40)), "B": ("float16", (40, 9))},
+    ),
+    ("function (A[M, K]) -> (C) { C[m: M] = +(A[m, k]); }", {"A": ("int8", (5, 300))}),
+    ("function (A[M, K]) -> (C) { C[m: M] = *(A[m, k]); }", {"A": ("uint16", (6, 40))}),
+    ("function (A[K, N]) -> (C) { C[n: N] = >(A[k, n]); }", {"A": ("int64", (70, 3))}),
+    (
+        "function (A[K, N], B[K]) -> (C) { C[n: N] = <(A[k, n] * B[k]); }",
+        {"A": ("float64", (50, 4)), "B": ("float64", (50,))},
+    ),
+    (
+        "function (A[M, K], B[K]) -> (C) { C[m: M] = >(A[m, k] == B[k]); }",
+        {"A": ("int32", (7, 30)), "B": ("int32", (30,))},
+    ),
+    ("function (A[M, K]) -> (C) { C[m: M] = <(A[m, k]); }", {"A": ("bool", (9, 33))}),
+    (
+        "function (A[M, K], B[K], V[K]) -> (C) { C[m: M] = +(A[m, k] == B[k] ? V[k]); }",
+        {"A": ("uint8", (4, 20)), "B": ("uint8", (20,)), "V": ("float32", (20,))},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("source", "inputs"), TYPED, ids=["f16", "i8", "u16", "i64", "f64", "eq", "bool", "cond"]
+)
+def test_element_types_agree_with_the_cpu(
+    source: str, inputs: dict[str, tuple[str, tuple[int, ...]]], small_device: tile.Device
+) -> None:
+    rng = np.random.default_rng(3)
+    arrays = {
+        name: (rng.random(shape) < 0.9 if dtype == "bool" else rng.integers(0, 3, shape)).astype(
+            dtype
+        )
+        for name, (dtype, shape) in inputs.items()
+    }
+    want = tile.run(source, arrays, device="llvm_cpu.0")["C"]
+    got = tile.run(source, arrays, device=small_device)["C"]
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if want.dtype.kind == "f":
+        assert np.allclose(got, want, rtol=1e-3 if want.dtype == np.float16 else 1e-6)
+    else:
+        assert np.array_equal(got, want)
 
 
 @pytest.mark.parametrize("name", STAGED)
