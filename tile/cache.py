@@ -87,7 +87,7 @@ class LRUCache(Generic[Key, Value]):
     """A thread-safe LRU map that builds each missing entry once (see the module docstring).
 
     `hits`, `misses` and `builds` count look-ups that found a finished entry, look-ups that
-    did not, and builds that succeeded.
+    did not, and builds that succeeded, since the cache was made or last cleared.
     """
 
     def __init__(self, capacity: int) -> None:
@@ -152,10 +152,12 @@ class LRUCache(Generic[Key, Value]):
             del self._entries[key]
 
     def clear(self) -> None:
-        """Forget every finished entry (entries being built finish normally)."""
+        """Forget every finished entry and reset the counts (entries being built finish
+        normally)."""
         with self._lock:
             for key in [k for k, v in self._entries.items() if not isinstance(v, Future)]:
                 del self._entries[key]
+            self.hits = self.misses = self.builds = 0
 
     def __len__(self) -> int:
         return len(self._entries)

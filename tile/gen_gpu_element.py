@@ -18,8 +18,6 @@ from semtree.nodes import (
     BinOp,
     Builtin,
     Call,
-    Cast,
-    Clamp,
     Expr,
     IntConst,
     Select,
@@ -27,9 +25,8 @@ from semtree.nodes import (
 )
 from semtree.types import DType, Type
 from tile.flatten import row_major
-from tile.gen_kernel import affine, conjunction
-from tile.gen_ops import GenerateError, Typed, apply, constant, convert, zero
-from tile.program import OpKind
+from tile.gen_kernel import affine, conjunction, fused_value
+from tile.gen_ops import Typed, convert, zero
 from tile.syntax import AggOp
 
 if TYPE_CHECKING:
@@ -159,36 +156,4 @@ class OutputPhase:
         return Typed(Select(hit, value, unwritten.expr), dtype)
 
     def evaluate(self, op: BoundOp, values: dict[str, Typed], coordinates: list[Expr]) -> Typed:
-        context = self.context
-        match op.fn:
-            case "index":
-                return Typed(Cast(Type.value(DType.INT32), coordinates[op.params[0]]), DType.INT32)
-            case "shape":
-                sizes = context.dims(op.inputs[0])
-                value = constant(sizes[-1], DType.INT32).expr
-                for axis in reversed(range(len(sizes) - 1)):
-                    is_axis = Binary(BinOp.EQ, coordinates[0], IntConst(axis))
-                    value = Select(is_axis, constant(sizes[axis], DType.INT32).expr, value)
-                return Typed(value, DType.INT32)
-            case "gather":
-                return self.gather(op, coordinates)
-        if op.kind is not OpKind.ELEMENTWISE:
-            raise GenerateError(f"'{op.fn}' cannot be fused into an elementwise kernel")
-        args = [
-            values[name] if name in values else self.writer.read_at(name, coordinates)
-            for name in op.inputs
-        ]
-        dtype = context.dtype(op.output)
-        return apply(op.fn, args, dtype, op.compute or dtype, self.settings)
-
-    def gather(self, op: BoundOp, coordinates: list[Expr]) -> Typed:
-        """`O[a..., b...] = V[clamp(I[a...], 0, rows - 1), b...]` (spec 9.5)."""
-        table, indices = op.inputs
-        rank = len(self.context.dims(indices))
-        index = self.writer.read_at(indices, coordinates[:rank])
-        dims = self.context.dims(table)
-        row = Clamp(convert(index, DType.INT32), IntConst(0), IntConst(dims[0] - 1))
-        strides = row_major(dims)
-        terms = [(strides[0], Cast(Type.index(), row))]
-        terms += [(s, c) for s, c in zip(strides[1:], coordinates[rank:], strict=True)]
-        return self.writer.load(table, affine(terms))
+        return fused_value(op, values, coordinates, self.context, self.writer, self.settings)

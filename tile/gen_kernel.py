@@ -19,6 +19,8 @@ from semtree import builder as sb
 from semtree.nodes import (
     Binary,
     BinOp,
+    Cast,
+    Clamp,
     Declare,
     Expr,
     IdKind,
@@ -27,6 +29,7 @@ from semtree.nodes import (
     Load,
     Lookup,
     Param,
+    Select,
     Stmt,
     Store,
     Subscript,
@@ -34,18 +37,18 @@ from semtree.nodes import (
     UnOp,
     c_identifier,
 )
-from semtree.types import Type
+from semtree.types import DType, Type
 from tile.flatten import row_major
-from tile.gen_ops import GenerateError, Typed, constant
-from tile.program import ConstBinding, TensorBinding
+from tile.gen_ops import GenerateError, Typed, apply, constant, convert
+from tile.program import ConstBinding, OpKind, TensorBinding
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
     from semtree.kernel import HardwareSettings
     from semtree.nodes import Function
-    from semtree.types import DType, TensorShape
-    from tile.program import Binding
+    from semtree.types import TensorShape
+    from tile.program import Binding, BoundOp
 
 INDEX_LIMIT = 2**31
 
@@ -283,3 +286,49 @@ def linear_group(global_size: Sequence[int]) -> Expr:
             (first * second if global_size[2] > 1 else 0, IndexExpr(IdKind.GROUP, 2)),
         ]
     )
+
+
+def fused_value(
+    op: BoundOp,
+    values: dict[str, Typed],
+    coordinates: list[Expr],
+    context: ProgramContext,
+    writer: KernelWriter,
+    settings: HardwareSettings,
+) -> Typed:
+    """The value of one fused elementwise, index, shape or gather op at `coordinates` of its
+    output, reading inputs not computed in this kernel (`values`) from memory."""
+    match op.fn:
+        case "index":
+            return Typed(Cast(Type.value(DType.INT32), coordinates[op.params[0]]), DType.INT32)
+        case "shape":
+            sizes = context.dims(op.inputs[0])
+            value = constant(sizes[-1], DType.INT32).expr
+            for axis in reversed(range(len(sizes) - 1)):
+                is_axis = Binary(BinOp.EQ, coordinates[0], IntConst(axis))
+                value = Select(is_axis, constant(sizes[axis], DType.INT32).expr, value)
+            return Typed(value, DType.INT32)
+        case "gather":
+            return _gather(op, coordinates, context, writer)
+    if op.kind is not OpKind.ELEMENTWISE:
+        raise GenerateError(f"'{op.fn}' cannot be fused into an elementwise kernel")
+    args = [
+        values[name] if name in values else writer.read_at(name, coordinates) for name in op.inputs
+    ]
+    dtype = context.dtype(op.output)
+    return apply(op.fn, args, dtype, op.compute or dtype, settings)
+
+
+def _gather(
+    op: BoundOp, coordinates: list[Expr], context: ProgramContext, writer: KernelWriter
+) -> Typed:
+    """`O[a..., b...] = V[clamp(I[a...], 0, rows - 1), b...]` (spec 9.5)."""
+    table, indices = op.inputs
+    rank = len(context.dims(indices))
+    index = writer.read_at(indices, coordinates[:rank])
+    dims = context.dims(table)
+    row = Clamp(convert(index, DType.INT32), IntConst(0), IntConst(dims[0] - 1))
+    strides = row_major(dims)
+    terms = [(strides[0], Cast(Type.index(), row))]
+    terms += [(s, c) for s, c in zip(strides[1:], coordinates[rank:], strict=True)]
+    return writer.load(table, affine(terms))

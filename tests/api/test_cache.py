@@ -150,6 +150,7 @@ def test_lru_cache_evicts_the_least_recently_used() -> None:
         cache.get_or_build("d", lambda: {}["missing"])
     assert "d" not in cache and cache.builds == 3
     cache.clear()
+    assert (cache.hits, cache.misses, cache.builds) == (0, 0, 0)  # counts restart with it
     assert len(cache) == 0 and cache.get("a") is None
     with pytest.raises(ValueError):
         LRUCache(0)
