@@ -89,12 +89,15 @@ class DeviceUnavailableError(HalError):
     """A backend (or one of its devices) cannot be used in this process.
 
     `backend` is the registry name and `reason` a one-line explanation suitable for
-    listing next to the devices that did load.
+    listing next to the devices that did load. `unsupported_host` marks a backend that is
+    installed and lists devices whose compiler cannot generate code for this machine's
+    processor (PoCL 3.0, built on LLVM 14, rejects CPUs newer than LLVM 14 knows).
     """
 
-    def __init__(self, backend: str, reason: str) -> None:
+    def __init__(self, backend: str, reason: str, *, unsupported_host: bool = False) -> None:
         self.backend = backend
         self.reason = reason
+        self.unsupported_host = unsupported_host
         super().__init__(f"backend {backend!r} is unavailable: {reason}")
 
 

@@ -92,7 +92,9 @@ def _load(name: str, module_name: str) -> Driver:
         return make_driver()
     except DeviceUnavailableError as error:
         if error.backend != name:
-            raise DeviceUnavailableError(name, error.reason) from error
+            raise DeviceUnavailableError(
+                name, error.reason, unsupported_host=error.unsupported_host
+            ) from error
         raise
     except Exception as error:
         raise DeviceUnavailableError(

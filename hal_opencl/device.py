@@ -17,6 +17,12 @@ This module, `executor.py`, `memory.py`, `queue.py` and `compiler.py` import pyo
 package itself does not, so a machine without OpenCL imports everything and runs `llvm_cpu.0`.
 A missing ICD, no platform or no device becomes `DeviceUnavailableError`, which the registry
 records as the OpenCL backend's failure.
+
+Each device must build a one-line probe kernel at enumeration before it is listed: a driver
+whose compiler rejects every program is not a device. The known case is PoCL 3.0 (the PyPI
+build, on LLVM 14) on processors LLVM 14 does not know, such as AMD Zen 5: LLVM names the CPU
+"generic" and PoCL's clang rejects that name ("unknown target CPU 'generic'"). When every
+device fails that way, the error says so and carries `unsupported_host=True`.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from __future__ import annotations
 import importlib
 import os
 import threading
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -205,6 +212,31 @@ class OpenCLDevice(Device):
             self._compiler.clear()
 
 
+PROBE_SOURCE = "__kernel void tile_probe(__global int *out) { out[0] = 1; }"
+UNKNOWN_CPU = "unknown target CPU"  # the driver's log when its LLVM cannot name the host CPU
+
+
+def compile_problem(cl_device: cl.Device) -> str | None:
+    """None when the device's compiler builds a trivial kernel, else the driver's reason."""
+    try:
+        context = cl.Context(devices=[cl_device])
+        program = cl.Program(context, PROBE_SOURCE)
+    except cl.Error as error:
+        return f"cannot create a context: {error}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", cl.CompilerWarning)
+        try:
+            program.build(devices=[cl_device])
+        except cl.Error as error:
+            try:
+                log = str(program.get_build_info(cl_device, cl.program_build_info.LOG) or "")
+            except cl.Error:
+                log = ""
+            lines = [line.strip() for line in (log or str(error)).splitlines() if line.strip()]
+            return "its compiler rejects every program: " + (lines[0] if lines else "no log")
+    return None
+
+
 class OpenCLDeviceSet(DeviceSet):
     """The devices of one OpenCL platform."""
 
@@ -237,13 +269,22 @@ class OpenCLDriver(Driver):
                 continue
             devices = []
             for cl_device in cl_devices:
+                problem = compile_problem(cl_device)
+                if problem is not None:
+                    self.skipped.append(f"{cl_device.name.strip()}: {problem}")
+                    continue
                 devices.append(OpenCLDevice(index, cl_device, profiling=profiling))
                 index += 1
             if devices:
                 sets.append(OpenCLDeviceSet(platform.name.strip(), devices))
         if not sets:
             detail = "; ".join(self.skipped) or "the platforms list no devices"
-            raise DeviceUnavailableError(self.name, f"no OpenCL device: {detail}")
+            unknown_cpu = bool(self.skipped) and all(UNKNOWN_CPU in item for item in self.skipped)
+            if unknown_cpu:
+                detail += " (the driver's LLVM does not know this processor)"
+            raise DeviceUnavailableError(
+                self.name, f"no usable OpenCL device: {detail}", unsupported_host=unknown_cpu
+            )
         self._sets = tuple(sets)
 
     def device_sets(self) -> Sequence[OpenCLDeviceSet]:

@@ -12,11 +12,12 @@ import pytest
 
 import tile
 from tests.conftest import SHARED
+from tests.shipped import SHIPPED as DEVICES
+from tests.shipped import shipped_devices
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-DEVICES = ("llvm_cpu.0", "opencl.0")
 CASES = sorted((SHARED / "conformance/cases").glob("*.json")) + sorted(
     (SHARED / "spec/cases").glob("*.json")
 )
@@ -35,14 +36,7 @@ def close(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> np.nda
 
 @pytest.fixture(scope="module")
 def devices() -> dict[str, tile.Device]:
-    found = {d.id: d for d in tile.devices()}
-    missing = [d for d in DEVICES if d not in found]
-    if missing:  # the shipped devices are never skipped
-        failures = [
-            d.description for d in tile.devices(include_unavailable=True) if not d.available
-        ]
-        pytest.fail(f"shipped devices missing: {missing}; backend failures: {failures}")
-    return found
+    return shipped_devices()  # the shipped devices are required (tests.shipped)
 
 
 @pytest.mark.parametrize("path", CASES, ids=lambda p: p.stem)

@@ -35,6 +35,7 @@ from hal_opencl.render import RenderOptions
 from semtree.kernel import KernelKind
 from tests.generate.test_conformance import CASES, RUNNER
 from tests.gpu.settings import MID_GPU, SMALL_GPU
+from tests.shipped import missing_opencl
 from tile.generate import generate_program
 
 if TYPE_CHECKING:
@@ -77,7 +78,7 @@ def driver() -> Iterator[OpenCLDriver]:
         try:
             driver = OpenCLDriver()
         except DeviceUnavailableError as error:  # the shipped backend is required
-            pytest.fail(f"opencl must be available here: {error}")
+            missing_opencl(error)
         driver.devices()[0].settings  # noqa: B018 (built now, under the variable)
     yield driver
     driver.close()

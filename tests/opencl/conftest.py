@@ -1,14 +1,19 @@
 """Fixtures of the OpenCL tests: the registry's first OpenCL device (PoCL in CI). OpenCL is a
-shipped backend, so its absence fails the tests instead of skipping them (ARCHITECTURE 12).
+shipped backend, so its absence fails the tests instead of skipping them (ARCHITECTURE 12;
+the one exception is in `tests.shipped`).
 Every test of this folder carries the `opencl` marker."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-import hal
+from tests.shipped import require_opencl
+
+if TYPE_CHECKING:
+    import hal
 
 HERE = Path(__file__).resolve().parent
 
@@ -21,7 +26,4 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def device() -> hal.Device:
-    try:
-        return hal.get_driver("opencl").default_device()
-    except hal.DeviceUnavailableError as error:
-        pytest.fail(f"opencl must be available here: {error}")
+    return require_opencl()

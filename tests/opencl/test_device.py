@@ -16,6 +16,7 @@ from hal import registry
 from hal.interfaces import DeviceKind
 from hal_opencl import device as opencl_device
 from hal_opencl.device import OpenCLDriver, device_kind, hardware_settings
+from tests.shipped import opencl_failure, require_opencl
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -40,6 +41,7 @@ def test_devices_are_numbered_and_described(device: hal.Device) -> None:
 
 
 def test_registry_lists_llvm_first_then_opencl() -> None:
+    require_opencl()
     devices, failures = registry.enumerate()
     ids = [d.id for d in devices]
     assert ids[0] == "llvm_cpu.0" and "opencl.0" in ids
@@ -110,10 +112,34 @@ def test_platform_without_devices_is_skipped(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(opencl_device.cl, "get_platforms", lambda: [Empty()])
     with pytest.raises(hal.DeviceUnavailableError, match="Empty platform"):
         OpenCLDriver()
+    require_opencl()
     monkeypatch.setattr(opencl_device.cl, "get_platforms", lambda: [Empty(), *real])
     driver = OpenCLDriver()
     assert driver.devices()[0].id == "opencl.0" and driver.skipped
     driver.close()
+
+
+def test_devices_whose_compiler_rejects_a_probe_are_not_listed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    problems = iter(["error: unknown target CPU 'generic'", "error: out of resources"])
+    monkeypatch.setattr(opencl_device, "compile_problem", lambda cl_device: next(problems))
+    with pytest.raises(hal.DeviceUnavailableError) as caught:  # PoCL's LLVM and a new CPU
+        OpenCLDriver()
+    assert caught.value.unsupported_host
+    assert "unknown target CPU" in caught.value.reason and "does not know" in caught.value.reason
+    with pytest.raises(hal.DeviceUnavailableError) as caught:  # anything else
+        OpenCLDriver()
+    assert not caught.value.unsupported_host and "out of resources" in caught.value.reason
+
+
+def test_the_probe_reports_the_driver_log() -> None:
+    error = opencl_failure()
+    problem = opencl_device.compile_problem(cl.get_platforms()[0].get_devices()[0])
+    if error is None:
+        assert problem is None
+    else:  # this host cannot compile: the probe says why, in the driver's words
+        assert problem is not None and problem.split(": ", 1)[1] in error.reason
 
 
 def test_close_and_reopen(device: hal.Device) -> None:

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 from tests.conftest import REPO
+from tests.shipped import require_opencl
 
 SCRIPT = """
 import numpy as np
@@ -18,6 +19,7 @@ assert out["B"].tolist() == [2.0] * 4
 
 
 def test_process_exits_cleanly_after_opencl_kernels() -> None:
+    require_opencl()
     done = subprocess.run(
         [sys.executable, "-c", SCRIPT], cwd=REPO, capture_output=True, text=True, timeout=120
     )
