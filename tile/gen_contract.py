@@ -21,6 +21,12 @@ tiles (`tile.tile_opt`); one work-item owns a tile:
 A contraction without guards or derived variables gives every element at least one tuple,
 so it needs no hit flag; neither does one whose accumulator starts at the value an unwritten
 element must have (0 for `+` and `=` without a default).
+
+Lanes: a float `+`, `>` or `<` reduction whose innermost reduction variable `k` is contiguous
+(stride 1 or 0) in every operand keeps `lanes` partial results per element, lane `l` taking
+`k = c * lanes + l`, and folds them pairwise after the loops. The lanes are independent, so
+the innermost loop vectorizes without reassociating floating-point operations, and the
+summation order is the same on every device that runs these kernels.
 """
 
 from __future__ import annotations
@@ -138,6 +144,8 @@ class _GroupKernel:
         self.hit: str | None = None
         self.variables: dict[int, Expr] = {}
         self.inner_guards: list[FlatConstraint] = []
+        self.lane_k, self.lanes = -1, 1  # the reduction variable split into lanes (above)
+        self.lane_counter = self.lane = ""
 
     # ---- structure -----------------------------------------------------------------------------
 
@@ -216,8 +224,9 @@ class _GroupKernel:
     def accumulation(self) -> list[Stmt]:
         flat = self.flat
         assert flat is not None
-        size = product(self.tiles)
         self.acc_dtype = accumulator_dtype(flat.dtype)
+        self.lane_k, self.lanes = lane_split(flat, self.tiles, self.acc_dtype)
+        size = product(self.tiles) * self.lanes
         acc_type = Type(TypeBase.VALUE, self.acc_dtype, 1, size if size > 1 else 0)
         start = identity(flat.agg.value, self.acc_dtype)
         statements: list[Stmt] = []
@@ -227,10 +236,12 @@ class _GroupKernel:
             self.hit = self.writer.fresh("hit")
             hit_type = Type(TypeBase.VALUE, DType.BOOLEAN, 1, size if size > 1 else 0)
             statements.append(sb.declare(hit_type, self.hit, constant(0, DType.BOOLEAN).expr))
-        reductions = list(flat.reductions)
+        reductions = sorted(flat.reductions, key=lambda k: k == self.lane_k)  # lanes innermost
         counters = [self.writer.fresh(flat.names[k]) for k in reductions]
         for k, counter in zip(reductions, counters, strict=True):
             self.variables[k] = Load(Lookup(counter))
+        if self.lanes > 1:
+            self.lane_counter, self.lane = counters[-1], self.writer.fresh("lane")
         outer_guards: list[FlatConstraint] = []
         for constraint in flat.constraints:
             used = {k for k, c in enumerate(constraint.lhs) if c}
@@ -241,8 +252,11 @@ class _GroupKernel:
         if condition is not None:
             body = sb.if_(condition, body)
         for k, counter in reversed(list(zip(reductions, counters, strict=True))):
-            body = For(counter, flat.ranges[k], 1, _block(body))
+            count = flat.ranges[k] // (self.lanes if k == self.lane_k else 1)
+            body = For(counter, count, 1, _block(body))
         statements.append(body)
+        if self.lanes > 1:
+            statements.append(self.tile_loops("f", self.fold))
         points = product(flat.ranges[k] for k in reductions)
         per_point = 1 if flat.comb is CombOp.NONE else 2
         self.flops += product(self.plan.shape) * points * per_point
@@ -258,6 +272,9 @@ class _GroupKernel:
         assert flat is not None
         for k, coordinate in enumerate(tile.coordinates):
             self.variables[k] = coordinate
+        if self.lanes > 1:
+            lane = [(self.lanes, Load(Lookup(self.lane_counter))), (1, Load(Lookup(self.lane)))]
+            self.variables[self.lane_k] = affine(lane)
         checks = []
         for position, derived in enumerate(flat.derived):
             terms = [(c, self.variables[j]) for j, c in enumerate(derived.numerator) if c]
@@ -276,7 +293,7 @@ class _GroupKernel:
         # the tile (a guard, a divisibility test) might make them invalid.
         hoisted: list[tuple[int, Stmt]] = []
         operands = []
-        hoistable = not checks and not self.inner_guards
+        hoistable = not checks and not self.inner_guards and self.lanes == 1
         for access in flat.operands:
             terms = [(s, self.variables[k]) for k, s in enumerate(access.strides) if s]
             value = self.writer.load(access.tensor, affine(terms, access.offset))
@@ -289,7 +306,13 @@ class _GroupKernel:
                 hoisted.append((level, declaration))
                 value = Typed(loaded, value.dtype)
             operands.append(value)
-        update = self.update(tile.index, operands)
+        if self.lanes > 1:
+            index = affine([(self.lanes, tile.index), (1, Load(Lookup(self.lane)))])
+            update: list[Stmt] = [
+                For(self.lane, self.lanes, 1, _block(self.update(index, operands)))
+            ]
+        else:
+            update = self.update(tile.index, operands)
         condition = conjunction([self.guard(c) for c in self.inner_guards])
         statements: list[Stmt] = [sb.if_(condition, update)] if condition is not None else update
         # Each derived variable wraps what follows in its divisibility check.
@@ -302,33 +325,48 @@ class _GroupKernel:
         assert flat is not None
         value = convert(combine(flat, operands), self.acc_dtype)
         acc = self.element(self.acc, tile_index)
-        current = Load(acc)
-        match flat.agg:
-            case AggOp.SUM:
-                new: Expr = Binary(BinOp.ADD, current, value)
-            case AggOp.PROD:
-                new = Binary(BinOp.MUL, current, value)
-            case AggOp.MAX if self.acc_dtype.is_bool:
-                new = Binary(BinOp.LOR, current, value)
-            case AggOp.MIN if self.acc_dtype.is_bool:
-                new = Binary(BinOp.LAND, current, value)
-            case AggOp.MAX:
-                new = Call(Builtin.MAX, (current, value))
-            case AggOp.MIN:
-                new = Call(Builtin.MIN, (current, value))
-            case _:
-                new = value
-        statements: list[Stmt] = [Store(acc, new)]
+        statements: list[Stmt] = [Store(acc, self.aggregate(Load(acc), value))]
         if self.hit is not None:
             statements.append(
                 Store(self.element(self.hit, tile_index), constant(1, DType.BOOLEAN).expr)
             )
         return statements
 
+    def aggregate(self, current: Expr, value: Expr) -> Expr:
+        flat = self.flat
+        assert flat is not None
+        match flat.agg:
+            case AggOp.SUM:
+                return Binary(BinOp.ADD, current, value)
+            case AggOp.PROD:
+                return Binary(BinOp.MUL, current, value)
+            case AggOp.MAX if self.acc_dtype.is_bool:
+                return Binary(BinOp.LOR, current, value)
+            case AggOp.MIN if self.acc_dtype.is_bool:
+                return Binary(BinOp.LAND, current, value)
+            case AggOp.MAX:
+                return Call(Builtin.MAX, (current, value))
+            case AggOp.MIN:
+                return Call(Builtin.MIN, (current, value))
+        return value
+
     def element(self, array: str, tile_index: Expr) -> Subscript | Lookup:
-        if product(self.tiles) > 1:
+        if product(self.tiles) > 1 or self.lanes > 1:
             return Subscript(Lookup(array), tile_index)
         return Lookup(array)
+
+    def fold(self, tile: TileElement) -> tuple[list[Stmt], list[tuple[int, Stmt]]]:
+        """Lanes `l` and `l + half` of one element's accumulator meet, halving until one is left."""
+        statements: list[Stmt] = []
+        half = self.lanes // 2
+        while half:
+            counter = Load(Lookup(self.writer.fresh("fold")))
+            low = self.element(self.acc, affine([(self.lanes, tile.index), (1, counter)]))
+            high = self.element(self.acc, affine([(self.lanes, tile.index), (1, counter)], half))
+            store = Store(low, self.aggregate(Load(low), Load(high)))
+            statements.append(For(counter.ref.name, half, 1, _block(store)))
+            half //= 2
+        return statements, []
 
     # ---- output phase --------------------------------------------------------------------------
 
@@ -368,7 +406,8 @@ class _GroupKernel:
             unwritten = zero(dtype)
         if flat.empty:
             return unwritten
-        aggregate = convert(Typed(Load(self.element(self.acc, tile_index)), self.acc_dtype), dtype)
+        acc = self.element(self.acc, affine([(self.lanes, tile_index)]))
+        aggregate = convert(Typed(Load(acc), self.acc_dtype), dtype)
         if self.hit is None:
             return Typed(aggregate, dtype)
         written = Load(self.element(self.hit, tile_index))
@@ -393,3 +432,21 @@ def _identity_is_unwritten(flat: FlatContraction) -> bool:
     if flat.default is not None:
         return False
     return flat.agg in (AggOp.SUM, AggOp.ASSIGN) or (flat.agg is AggOp.MAX and flat.dtype.is_bool)
+
+
+def lane_split(flat: FlatContraction, tiles: Sequence[int], acc_dtype: DType) -> tuple[int, int]:
+    """(k, lanes) for a reduction that runs in lanes (module docstring), else (-1, 1).
+    `tiles` of all 1 asks whether it could (tile.tile_opt then gives one element per group)."""
+    if flat.agg not in (AggOp.SUM, AggOp.MAX, AggOp.MIN) or not acc_dtype.is_float:
+        return -1, 1
+    if flat.constraints or flat.derived or flat.needs_hit or not flat.reductions:
+        return -1, 1
+    k = flat.reductions[-1]
+    strides = {access.strides[k] for access in flat.operands}
+    if 1 not in strides or not strides <= {0, 1}:
+        return -1, 1
+    for lanes in (64, 32, 16, 8):
+        count = flat.ranges[k]
+        if count % lanes == 0 and count >= 2 * lanes and product(tiles) * lanes <= 256:
+            return k, lanes
+    return -1, 1

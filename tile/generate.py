@@ -27,7 +27,7 @@ from semtree.kernel import Direction, KernelInfo, KernelKind, KernelList, Kernel
 from semtree.nodes import Declare, For, Lookup, Node, c_identifier, rewrite, walk
 from tile.flatten import flatten
 from tile.fuse import PlanKind, plan_program
-from tile.gen_contract import accumulator_dtype, generate_group
+from tile.gen_contract import accumulator_dtype, generate_group, lane_split
 from tile.gen_gpu import generate_gpu_group, uses_gpu_kernels
 from tile.gen_kernel import ProgramContext, product
 from tile.gen_special import generate_prng, generate_scatter
@@ -125,11 +125,18 @@ def _tiles(
 ) -> tuple[int, ...]:
     points = 1
     accumulator_bytes = 4
+    lanes = 1
     if flat is not None and not flat.empty:
         points = product(flat.ranges[k] for k in flat.reductions)
-        accumulator_bytes = accumulator_dtype(flat.dtype).itemsize
+        acc_dtype = accumulator_dtype(flat.dtype)
+        accumulator_bytes = acc_dtype.itemsize
+        lanes = lane_split(flat, (1,) * len(plan.shape), acc_dtype)[1]
     return choose_tiles(
-        plan.shape, settings, reduction_points=points, accumulator_bytes=accumulator_bytes
+        plan.shape,
+        settings,
+        reduction_points=points,
+        accumulator_bytes=accumulator_bytes,
+        lanes=lanes,
     )
 
 

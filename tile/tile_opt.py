@@ -12,6 +12,9 @@ Current policy, deliberately simple (correctness first):
 * a contraction with reduction loops gets a register tile (about `vec_size` columns and a few
   rows, its accumulators within `settings.max_regs`): each loaded operand element then
   serves several outputs (PERFORMANCE.md 2.1);
+* a reduction contiguous in every operand, which runs in `lanes` > 1 partial results per
+  element (`tile.gen_contract`), computes one element per work-group: the lanes are its
+  vectors, and the operands have nothing to share between neighbouring elements;
 * a kernel without reductions (elementwise, or a contraction that is a pure permutation)
   processes a strip of `4 * vec_size` contiguous elements per work-group, to amortise the
   per-group overhead (one element on a device without SIMD, `vec_size` 1).
@@ -40,15 +43,17 @@ def choose_tiles(
     *,
     reduction_points: int,
     accumulator_bytes: int,
+    lanes: int = 1,
 ) -> tuple[int, ...]:
     """Tile size per output dimension (outermost first) for a kernel writing `shape`.
 
     `reduction_points` is the trip count of the reduction loops (1 without any) and
-    `accumulator_bytes` the size of one accumulator.
+    `accumulator_bytes` the size of one accumulator; `lanes` how many partial results the
+    generator can keep per element along a contiguous reduction.
     """
     tiles = [1] * len(shape)
-    if not shape:
-        return ()
+    if not shape or (reduction_points > 1 and lanes > 1):
+        return tuple(tiles)
     if reduction_points <= 1:
         if settings.vec_size > 1:
             tiles[-1] = min(shape[-1], 4 * settings.vec_size)
