@@ -21,7 +21,13 @@ One work-group owns `rows` x `vectors * width` elements of (i, j):
 B and C are accessed as vectors of `width` floats: `width` is the largest power of two up to
 `vec_size` dividing every element offset of B and C the kernel forms (1 for ragged shapes:
 then the same code is a scalar register tile). Rows and vectors past the edge read a clamped
-element and skip their stores. Anything else (guards, derived variables, defaults, fused
+element and skip their stores.
+
+Guards (a padded convolution's `0 <= x + kx - 1 < W`) may use any variable but `j`. One
+without `i` holds for the whole tile: it wraps the reduction step. One with `i` is linear in
+the row, so it holds for every row when it holds for the first and the last: such steps run
+the code above, the others test each row before its load and update (a tuple outside the
+guards contributes nothing, not `0 * b`). Anything else (derived variables, defaults, fused
 epilogues, other types or operators) returns None: the generic generator handles it.
 """
 
@@ -39,7 +45,7 @@ from tile.syntax import AggOp, CombOp
 
 if TYPE_CHECKING:
     from semtree.kernel import HardwareSettings
-    from tile.flat import FlatAccess, FlatContraction
+    from tile.flat import FlatAccess, FlatConstraint, FlatContraction
     from tile.fuse import KernelPlan
     from tile.gen_kernel import ProgramContext
 
@@ -67,7 +73,7 @@ class _Shape:
 
 def _match(flat: FlatContraction, vec_size: int) -> _Shape | None:
     """The roles of a flat contraction's variables, or None if it is not eligible."""
-    if flat.empty or flat.derived or flat.constraints or flat.default is not None:
+    if flat.empty or flat.derived or flat.default is not None:
         return None
     if flat.agg is not AggOp.SUM or flat.comb is not CombOp.MUL or len(flat.operands) != 2:
         return None
@@ -89,6 +95,8 @@ def _match(flat: FlatContraction, vec_size: int) -> _Shape | None:
             continue
         i = i_choices[-1]  # the one nearest the vector dimension
         if any(s < 0 for s in (*b.strides, *output.strides)):
+            return None
+        if any(constraint.lhs[j] for constraint in flat.constraints):
             return None
         width = vec_size
         terms = [flat.ranges[j], b.offset, output.offset]
@@ -228,6 +236,19 @@ def _build(
             return sb.Value(IntConst(offset))
         return result + offset if offset else result
 
+    def holds(constraint: FlatConstraint, at_row: sb.Value) -> sb.Value:
+        """The guard, with the row coordinate at `at_row`."""
+        terms = [
+            (at_row if k == shape.i else variables[k]) * coefficient
+            for k, coefficient in enumerate(constraint.lhs)
+            if coefficient
+        ]
+        return sum(terms[1:], terms[0]).le(constraint.rhs)
+
+    def level(constraint: FlatConstraint) -> int:
+        """How many reduction loops enclose the guard: those of the variables it uses."""
+        return max((p + 1 for p, k in enumerate(reductions) if constraint.lhs[k]), default=0)
+
     b_index = linear(shape.b, {}, width) + load_column
     a_index = linear(shape.a, {shape.i: load_row}, 1)
     c_index = linear(flat.output, {shape.i: row}, width) + column
@@ -244,22 +265,40 @@ def _build(
             sb.var(b_row)[sb.var(v)],
             sb.var(acc)[sb.var(r) * vectors + sb.var(v)],
         )
-    step = [
-        sb.for_(v, vectors, body=sb.assign(sb.var(b_row)[sb.var(v)], sb.var(b_param)[b_index])),
-        sb.for_(
-            r,
-            rows,
-            body=[
-                sb.declare(F32, a_value, sb.var(a_param)[a_index]),
-                sb.for_(
-                    v, vectors, body=sb.assign(sb.var(acc)[sb.var(r) * vectors + sb.var(v)], update)
-                ),
-            ],
-        ),
+    row_step = [
+        sb.declare(F32, a_value, sb.var(a_param)[a_index]),
+        sb.for_(v, vectors, body=sb.assign(sb.var(acc)[sb.var(r) * vectors + sb.var(v)], update)),
     ]
-    loop: list = step
-    for k in reversed(reductions):
-        loop = [sb.for_(counters[k], flat.ranges[k], body=loop)]
+    load_b = sb.for_(v, vectors, body=sb.assign(sb.var(b_row)[sb.var(v)], sb.var(b_param)[b_index]))
+    uniform = [c for c in flat.constraints if not c.lhs[shape.i]]
+    by_row = [c for c in flat.constraints if c.lhs[shape.i]]
+    split = max((level(c) for c in by_row), default=-1)  # where "every row" is decided
+    each_row = sb.if_(sb.and_(*(holds(c, load_row) for c in by_row)), row_step) if by_row else None
+    step = {
+        "all": [load_b, sb.for_(r, rows, body=row_step)],
+        "each": [load_b, sb.for_(r, rows, body=each_row)],
+    }
+
+    def nest(depth: int, rows_in: str | None) -> list:
+        """The reduction loops from `depth` inwards, inside the guards that belong there.
+        `rows_in`: "all" when every row of the tile is inside the row guards, "each" when
+        each row is tested, None above the loop level where that is decided."""
+        if rows_in is None and depth == split:
+            last_row = sb.call(Builtin.MIN, it * rows + (rows - 1), size_i - 1)
+            ends = [holds(c, at) for c in by_row for at in (it * rows, last_row)]
+            inner = [sb.if_(sb.and_(*ends), loops(depth, "all"), loops(depth, "each"))]
+        else:
+            inner = loops(depth, rows_in)
+        here = [holds(c, load_row) for c in uniform if level(c) == depth]
+        return [sb.if_(sb.and_(*here), inner)] if here else inner
+
+    def loops(depth: int, rows_in: str | None) -> list:
+        if depth == len(reductions):
+            return step[rows_in or "all"]
+        k = reductions[depth]
+        return [sb.for_(counters[k], flat.ranges[k], body=nest(depth + 1, rows_in))]
+
+    loop = nest(0, None)
     store = sb.assign(sb.var(c_param)[c_index], sb.var(acc)[sb.var(r) * vectors + sb.var(v)])
     if ragged_columns:
         store = sb.if_(column.lt(columns), store)

@@ -94,8 +94,8 @@ def test_ineligible_contractions_take_the_generic_path() -> None:
         "function (A[M, K], B[K, N]) -> (R) { C[m, n: M, N] = +(A[m, k] * B[k, n]); R = relu(C); }"
     )
     maximum = "function (A[M, K], B[K, N]) -> (C) { C[m, n: M, N] = >(A[m, k] * B[k, n]); }"
-    guarded = (
-        "function (A[M, K], B[K, N]) -> (C) { C[m, n: M, N] = +(A[m, k] * B[k, n]), m + k < 8; }"
+    guarded = (  # a guard on the vector coordinate n
+        "function (A[M, K], B[K, N]) -> (C) { C[m, n: M, N] = +(A[m, k] * B[k, n]), n + k < 8; }"
     )
     for source in (epilogue, maximum, guarded):
         assert not vector_kernels(source, LLVM_CPU, {"A": a, "B": b})
@@ -108,3 +108,40 @@ def test_integer_contraction_is_not_vectorised() -> None:
     b = np.arange(20, dtype=np.int32).reshape(4, 5)
     assert not vector_kernels(MATMUL, LLVM_CPU, {"A": a, "B": b})
     np.testing.assert_array_equal(run_program(MATMUL, {"A": a, "B": b})["C"], a @ b)
+
+
+TRIANGLE = (
+    "function (A[M, K], B[K, N]) -> (C) { C[m, n: M, N] = +(A[m, k] * B[k, n]), m + k < 20; }"
+)
+PADDED = """function (I[N, X, Y, CI], F[KX, KY, CI, CO]) -> (O) {
+    O[n, x, y, co: N, X, Y, CO] = +(I[n, x + kx - 1, y + ky - 1, ci] * F[kx, ky, ci, co]);
+}"""
+
+
+@pytest.mark.parametrize("settings", SETTINGS)
+def test_guards_on_rows_and_reductions(settings: object) -> None:
+    """Tiles wholly inside, partly inside and wholly outside the guard; the elements outside
+    hold NaN, so a tuple outside the guard that reached an accumulator would show."""
+    a, b = rand(23, 17), rand(17, 40, seed=1)
+    inside = np.add.outer(np.arange(23), np.arange(17)) < 20
+    a[~inside] = np.nan
+    assert len(vector_kernels(TRIANGLE, settings, {"A": a, "B": b})) == 1
+    got = run_program(TRIANGLE, {"A": a, "B": b}, settings)["C"]  # type: ignore[arg-type]
+    np.testing.assert_allclose(got, np.where(inside, a, 0) @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("settings", SETTINGS)
+def test_padded_convolution(settings: object) -> None:
+    i, f = rand(2, 9, 7, 3), rand(3, 3, 3, 32, seed=1)
+    f[0, 0, 0, 0] = np.inf  # reaches only tuples inside the image
+    assert len(vector_kernels(PADDED, settings, {"I": i, "F": f})) == 1
+    got = run_program(PADDED, {"I": i, "F": f}, settings)["O"]  # type: ignore[arg-type]
+    want = np.zeros((2, 9, 7, 32))
+    for kx in range(3):
+        for ky in range(3):  # the outputs whose tuple (kx, ky) is inside the image
+            x0, x1, y0, y1 = max(0, 1 - kx), min(9, 10 - kx), max(0, 1 - ky), min(7, 8 - ky)
+            window = i[:, x0 + kx - 1 : x1 + kx - 1, y0 + ky - 1 : y1 + ky - 1].astype(np.float64)
+            want[:, x0:x1, y0:y1] += np.einsum("nxyc,cd->nxyd", window, f[kx, ky])
+    finite = np.isfinite(want)
+    assert (np.isfinite(got) == finite).all() and not finite[:, 1:, 1:, 0].any()
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-4, atol=1e-4)
