@@ -15,7 +15,11 @@ here and return an `LLVMEvent` at once. Threading design:
   scheduler idle while a slow helper works, PERFORMANCE.md 4.8). Each slice is one native
   call `K__grid(params, begin, end)` through ctypes, which releases the GIL.
 - **Small launches** (one work-group, or less estimated work than `TILE_CPU_SPLIT_US`,
-  default 200 µs, a few times the fork-join cost) run as one call on the scheduler.
+  default 200 µs, a few times the fork-join cost) run as one call on the scheduler; or, when
+  the queue is idle and their dependencies are complete, at once on the submitting thread
+  (`inline=True`): two thread hand-offs (tens of µs on a VM) cost more than such a launch.
+  Jobs still run one at a time and in submission order: the inline path is taken only with
+  nothing queued or running, and holds the same `_running` lock as the scheduler.
 - **Lifetimes**: a job holds the buffers, the parameter array and the JIT module it uses
   and drops them just before its event completes, so Python may drop its own references
   right after submitting.
@@ -162,6 +166,8 @@ class CpuRuntime:
         self._scheduler: threading.Thread | None = None
         self._helpers: list[threading.Thread] = []
         self._closed = False
+        self._pending = 0  # jobs queued or running (under _state_lock)
+        self._running = threading.Lock()  # held while a job runs, on any thread
         _live_runtimes.add(self)
 
     # ---- submission -----------------------------------------------------------------
@@ -174,20 +180,30 @@ class CpuRuntime:
         label: str = "",
         keep_alive: object = None,
         profile: bool = False,
+        inline: bool = False,
     ) -> LLVMEvent:
-        """Queue `action` to run on the scheduler once `deps` complete; never blocks.
+        """Queue `action` to run on the scheduler once `deps` complete; never blocks, except
+        that with `inline` a job whose dependencies are complete, submitted to an idle queue,
+        runs at once on this thread (module docstring).
 
         `keep_alive` is held until just before the event completes. An exception from
         `action` fails the event (wrapped in ExecutionError unless it is a HalError).
         """
         event = LLVMEvent(label)
         job = _Job(action, tuple(deps), event, keep_alive, profile)
+        ready = inline and all(dep.is_complete for dep in job.deps)
         with self._state_lock:
             if self._closed:
                 raise HalError(f"{self.name} is closed")
-            if self._scheduler is None:
-                self._start()
-            self._jobs.put(job)
+            self._pending += 1
+            if not (ready and self._pending == 1):
+                if self._scheduler is None:
+                    self._start()
+                self._jobs.put(job)
+                return event
+        with self._running:
+            self._execute(job)
+        self._finished()
         return event
 
     def launch(
@@ -204,16 +220,24 @@ class CpuRuntime:
     ) -> LLVMEvent:
         """Queue a grid launch: `entry(params, begin, end)` over work-groups [0, groups),
         split across the compute threads when `split` is True and the grid has more than
-        one work-group."""
+        one work-group; one that is not split may run inline (`submit`)."""
 
         def run_grid() -> None:
             self.run_grid(entry, params, groups, split=split)
 
-        return self.submit(run_grid, deps, label=label, keep_alive=keep_alive, profile=profile)
+        return self.submit(
+            run_grid,
+            deps,
+            label=label,
+            keep_alive=keep_alive,
+            profile=profile,
+            inline=not split,
+        )
 
     def should_split(self, groups: int, flops: int, traffic_bytes: int) -> bool:
-        """Whether a launch is worth the fork-join of splitting it (7.4)."""
-        if groups <= 1 or self.threads <= 1:
+        """Whether a launch is worth the fork-join of splitting it (7.4); a launch that is
+        not runs inline when it can (`submit`), so on one thread only small ones say no."""
+        if groups <= 1:
             return False
         return estimated_seconds(flops, traffic_bytes) >= self.split_seconds
 
@@ -224,7 +248,7 @@ class CpuRuntime:
         if groups <= 0:
             return
         if not split or groups == 1 or self.threads == 1:
-            entry(params, 0, groups)
+            entry(params, 0, groups)  # one thread: a "split" launch is one call as well
             return
         slices = min(groups, SLICES_PER_THREAD * self.threads)
         launch = _SplitLaunch(entry, params, groups, slices)
@@ -260,13 +284,19 @@ class CpuRuntime:
         else:
             event.set_exception(failure)
 
+    def _finished(self) -> None:
+        with self._state_lock:
+            self._pending -= 1
+
     def _schedule(self) -> None:
         jobs = self._jobs
         while True:
             job = jobs.get()
             if job is None:
                 break
-            self._execute(job)
+            with self._running:
+                self._execute(job)
+            self._finished()
             del job  # drop the finished job's references while waiting for the next
         for _ in self._helpers:
             self._helper_work.put(None)

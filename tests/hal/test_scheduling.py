@@ -229,19 +229,47 @@ def test_a_large_launch_runs_on_several_threads() -> None:
         device.close()
 
 
-def test_small_launches_stay_on_the_scheduler(cpu_device) -> None:
+def test_small_launches_are_not_split(cpu_device) -> None:
     runtime = cpu_device.runtime
     assert not runtime.should_split(1, 10**12, 10**12)
     assert not runtime.should_split(1000, 1000, 1000)  # far below the threshold
-    assert runtime.should_split(1000, 10**9, 0) is (runtime.threads > 1)
-    names: set[str] = set()
-    runtime.launch(
-        lambda params, begin, end: names.add(threading.current_thread().name),
-        0,
-        64,
-        split=False,
-    ).wait(timeout=10)
-    assert names == {"llvm_cpu.0 scheduler"}
+    assert runtime.should_split(1000, 10**9, 0)
+
+
+def _recorder(names: list[str]):
+    return lambda params, begin, end: names.append(threading.current_thread().name)
+
+
+def test_a_small_ready_launch_on_an_idle_queue_runs_on_the_caller(cpu_device) -> None:
+    runtime, names = cpu_device.runtime, []
+    event = runtime.launch(_recorder(names), 0, 64, split=False)
+    assert event.is_complete and names == [threading.current_thread().name]
+    split = runtime.launch(_recorder(names), 0, 64, split=True)  # large: never inline
+    split.wait(timeout=10)
+    assert "llvm_cpu.0 scheduler" in names[1:]
+
+
+def test_inline_launches_keep_submission_order(cpu_device) -> None:
+    """A launch behind a queued one, or behind an incomplete event, goes to the scheduler."""
+    runtime, names, order = cpu_device.runtime, [], []
+    gate = SettableEvent("gate")
+    held = runtime.submit(lambda: order.append("held"), [gate])
+    after = runtime.launch(lambda params, begin, end: order.append("after"), 0, 1, split=False)
+    waiting = runtime.launch(_recorder(names), 0, 1, [gate], split=False)
+    assert not after.is_complete and not waiting.is_complete and order == []
+    gate.set_result()
+    wait_all([held, after, waiting], timeout=10)
+    assert order == ["held", "after"] and names == ["llvm_cpu.0 scheduler"]
+
+
+def test_an_inline_failure_fails_its_event_not_the_caller(cpu_device) -> None:
+    def broken(params: int, begin: int, end: int) -> None:
+        raise ValueError("broken kernel")
+
+    event = cpu_device.runtime.launch(broken, 0, 1, split=False)
+    assert event.is_complete
+    with pytest.raises(ExecutionError, match="broken kernel"):
+        event.wait(timeout=10)
 
 
 def test_close_drains_the_queue_and_refuses_new_work() -> None:
