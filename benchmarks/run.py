@@ -4,7 +4,9 @@ For each workload: check our result against the float64 reference, then time our
 (inputs resident on the device; one call = `fn(**inputs)` plus waiting for the output, as
 ../shared/bench/README.md times every engine) interleaved with the natural numpy expression,
 and print both medians and the speed ratio `numpy time / our time` (> 1: faster than numpy).
-The last column is PlaidML 0.7.0's ratio to numpy on this machine, from that README.
+The `plaidml` column is PlaidML 0.7.0's ratio to numpy on the machine of that README. Where
+PyTorch is importable (it is not a dependency: `pip install torch` into the venv), its
+natural expression is timed in the same rounds and `torch` gives `torch time / our time`.
 
 Run: `.venv/bin/python benchmarks/run.py [--device ID] [--filter NAME] [--rounds N]`.
 """
@@ -47,6 +49,23 @@ def plaidml_ratios() -> dict[str, float]:
     return ratios
 
 
+def torch_call(workload: object, arrays: dict[str, np.ndarray]) -> object | None:
+    """A call of the workload's torch expression on inputs prepared once, or None."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.set_num_threads(os.cpu_count() or 1)
+    prep = workload.torch_prep  # type: ignore[attr-defined]
+    inputs = {n: prep.get(n, lambda t: t)(torch.from_numpy(a)) for n, a in arrays.items()}
+
+    def call() -> None:
+        with torch.inference_mode():
+            workload.torch_fn(**inputs)  # type: ignore[attr-defined]
+
+    return call
+
+
 def median_times(calls: list, rounds: int, budget: float) -> list[float]:
     """Interleaved rounds: one call of each engine per round; median seconds each."""
     samples: list[list[float]] = [[] for _ in calls]
@@ -75,7 +94,8 @@ def main() -> int:
     peers = plaidml_ratios()
     print(f"device {device.id}: {device.description}")
     header = (
-        f"{'workload':24s} {'ours ms':>9s} {'numpy ms':>9s} {'ratio':>7s} {'plaidml':>8s}  check"
+        f"{'workload':24s} {'ours ms':>9s} {'numpy ms':>9s} {'ratio':>7s} {'plaidml':>8s} "
+        f"{'torch':>7s}  check"
     )
     print(header)
     print("-" * len(header))
@@ -101,19 +121,24 @@ def main() -> int:
         error = float(np.max(np.abs(got.astype(np.float64) - expected))) / scale
         ok = got.shape == expected.shape and error < 1e-3
         failures += not ok
-        ours_s, numpy_s = median_times([ours, numpy_call], args.rounds, args.budget)
+        calls = [ours, numpy_call]
+        torch_fn = torch_call(workload, arrays)
+        calls += [torch_fn] if torch_fn is not None else []
+        ours_s, numpy_s, *torch_s = median_times(calls, args.rounds, args.budget)
         ratio = numpy_s / ours_s
+        torch_text = f"{torch_s[0] / ours_s:7.2f}" if torch_s else f"{'-':>7s}"
         peer = peers.get(workload.name)
         peer_text = f"{peer:8.2f}" if peer else f"{'-':>8s}"
         check = f"ok ({error:.1e})" if ok else f"WRONG (rel err {error:.1e})"
         print(
             f"{workload.name:24s} {ours_s * 1e3:9.3f} {numpy_s * 1e3:9.3f} {ratio:7.2f} "
-            f"{peer_text}  {check}",
+            f"{peer_text} {torch_text}  {check}",
             flush=True,
         )
     print(
         "ratio = numpy time / our time (> 1 is faster than numpy); plaidml = the same for "
-        "PlaidML 0.7.0 llvm_cpu from the baseline README"
+        "PlaidML 0.7.0 llvm_cpu from the baseline README; torch = torch time / our time "
+        "(> 1 is faster than PyTorch), measured in the same rounds"
     )
     return 1 if failures else 0
 

@@ -126,17 +126,24 @@ def _tiles(
     points = 1
     accumulator_bytes = 4
     lanes = 1
+    crosswise = None
     if flat is not None and not flat.empty:
         points = product(flat.ranges[k] for k in flat.reductions)
         acc_dtype = accumulator_dtype(flat.dtype)
         accumulator_bytes = acc_dtype.itemsize
         lanes = lane_split(flat, (1,) * len(plan.shape), acc_dtype)[1]
+        last = flat.outputs - 1
+        for access in flat.operands:
+            if last >= 0 and access.strides[last] != 1:
+                contiguous = [k for k in range(last) if access.strides[k] == 1]
+                crosswise = contiguous[0] if contiguous else crosswise
     return choose_tiles(
         plan.shape,
         settings,
         reduction_points=points,
         accumulator_bytes=accumulator_bytes,
         lanes=lanes,
+        crosswise=crosswise,
     )
 
 

@@ -17,7 +17,9 @@ Current policy, deliberately simple (correctness first):
   vectors, and the operands have nothing to share between neighbouring elements;
 * a kernel without reductions (elementwise, or a contraction that is a pure permutation)
   processes a strip of `4 * vec_size` contiguous elements per work-group, to amortise the
-  per-group overhead (one element on a device without SIMD, `vec_size` 1).
+  per-group overhead (one element on a device without SIMD, `vec_size` 1); when an operand
+  is contiguous along another output dimension (a transposition), a square tile over that
+  dimension and the last instead, so that neither side strides through memory.
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ if TYPE_CHECKING:
 # are what lifts this limit.
 MAX_TILE_ROWS = 2
 
+# A transposition's square tile: its reads and its writes both use whole cache lines, and
+# the rows it reads (a power-of-two stride apart, hence in one L1 set) fit that set's ways.
+TRANSPOSE_TILE = 8
+
 
 def choose_tiles(
     shape: Sequence[int],
@@ -44,18 +50,24 @@ def choose_tiles(
     reduction_points: int,
     accumulator_bytes: int,
     lanes: int = 1,
+    crosswise: int | None = None,
 ) -> tuple[int, ...]:
     """Tile size per output dimension (outermost first) for a kernel writing `shape`.
 
     `reduction_points` is the trip count of the reduction loops (1 without any) and
     `accumulator_bytes` the size of one accumulator; `lanes` how many partial results the
-    generator can keep per element along a contiguous reduction.
+    generator can keep per element along a contiguous reduction; `crosswise` the output
+    dimension along which an operand of a reduction-free kernel is contiguous, when that is
+    not the last one (a transposition).
     """
     tiles = [1] * len(shape)
     if not shape or (reduction_points > 1 and lanes > 1):
         return tuple(tiles)
     if reduction_points <= 1:
-        if settings.vec_size > 1:
+        if crosswise is not None and crosswise != len(shape) - 1 and settings.vec_size > 1:
+            tiles[crosswise] = min(shape[crosswise], TRANSPOSE_TILE)
+            tiles[-1] = min(shape[-1], TRANSPOSE_TILE)
+        elif settings.vec_size > 1:
             tiles[-1] = min(shape[-1], 4 * settings.vec_size)
         return tuple(tiles)
     columns = min(shape[-1], settings.vec_size)
