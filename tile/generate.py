@@ -5,6 +5,7 @@ front end's back half:
 
     BoundProgram --tile.fuse.plan_program--> kernel plans and buffers
                  --tile.flatten.flatten-->   FlatContraction per contraction
+                 --tile.gen_split-->         a large reduction to few elements: two kernels
                  --tile.tile_opt-->          tile sizes
                  --tile.gen_contract / tile.gen_special--> semtree bodies
                    (tile.gen_gpu instead of tile.gen_contract for GPU settings)
@@ -14,7 +15,8 @@ Kernels are named `<prefix>_<n>`; bodies that come out identical (same structure
 different tensors) are shared and carry the same `key`. The buffers of the list are the
 program's tensor inputs, its outputs (each in its own buffer, except an output that is an
 input) and the temporaries that some later kernel reads; constants are inlined into bodies
-and never become buffers. `var_rewrites` is empty: no user-visible output is renamed.
+and never become buffers, plus `_P<n>`, the partial results of a split reduction. `var_rewrites`
+is empty: no user-visible output is renamed.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from tile.gen_contract import accumulator_dtype, generate_group, lane_split
 from tile.gen_gpu import generate_gpu_group, uses_gpu_kernels
 from tile.gen_kernel import ProgramContext, product
 from tile.gen_special import generate_prng, generate_scatter
+from tile.gen_split import split_reduction
 from tile.gen_vector import generate_vector_contraction
 from tile.tile_opt import choose_tiles
 
@@ -59,6 +62,7 @@ def generate_program(
     prefix = c_identifier(name_prefix)
     kernels: list[KernelInfo] = []
     bodies: dict[str, Function] = {}
+    shapes, temporaries = dict(plan.shapes), list(plan.temporaries)
     for index, kernel_plan in enumerate(plan.kernels):
         name = f"{prefix}_{index}"
         copy = _copy_source(kernel_plan, context)
@@ -81,6 +85,34 @@ def generate_program(
                 contraction = kernel_plan.contraction
                 if contraction is not None:
                     flat = flatten(contraction, bound.bindings)
+                split = None
+                if settings.threads == 1:
+                    split = split_reduction(kernel_plan, flat, context, settings, f"_P{index}")
+                if split is not None:
+                    context = split.context
+                    shapes[split.buffer] = split.shape
+                    temporaries.append(split.buffer)
+                    for suffix, (part_plan, part_flat) in (
+                        ("_part", split.partials),
+                        ("", split.total),
+                    ):
+                        part_tiles = _tiles(part_plan, part_flat, settings)
+                        generated = generate_group(
+                            part_plan, part_flat, context, settings, part_tiles, name + suffix
+                        )
+                        kernels.append(
+                            _info(
+                                name + suffix,
+                                part_plan,
+                                generated,
+                                part_flat,
+                                part_tiles,
+                                (1, 1, 1),
+                                context,
+                                bodies,
+                            )
+                        )
+                    continue
                 # CPU fast path: register-tiled vector kernels for plain +(A * B).
                 vector = None
                 if settings.threads == 1:
@@ -94,29 +126,42 @@ def generate_program(
                 generated = generate_scatter(kernel_plan, context, settings, name)
             case _:
                 generated = generate_prng(kernel_plan, context, settings, name)
-        body, key = _shared_body(generated.body, bodies)
         kernels.append(
-            KernelInfo(
-                name=name,
-                kind=KIND[kernel_plan.kind],
-                params=_params(generated, context),
-                global_size=generated.global_size,
-                local_size=local_size,
-                body=body,
-                flops=generated.flops,
-                bytes=generated.bytes,
-                key=key,
-                tile=tiles,
-                comments=_comments(kernel_plan, flat),
-            )
+            _info(name, kernel_plan, generated, flat, tiles, local_size, context, bodies)
         )
     return KernelList(
         kernels=tuple(kernels),
-        shapes=plan.shapes,
+        shapes=shapes,
         inputs=plan.inputs,
         outputs=plan.outputs,
-        temporaries=plan.temporaries,
+        temporaries=tuple(temporaries),
         var_rewrites={},
+    )
+
+
+def _info(
+    name: str,
+    plan: KernelPlan,
+    generated: GeneratedBody,
+    flat: FlatContraction | None,
+    tiles: tuple[int, ...],
+    local_size: tuple[int, int, int],
+    context: ProgramContext,
+    bodies: dict[str, Function],
+) -> KernelInfo:
+    body, key = _shared_body(generated.body, bodies)
+    return KernelInfo(
+        name=name,
+        kind=KIND[plan.kind],
+        params=_params(generated, context),
+        global_size=generated.global_size,
+        local_size=local_size,
+        body=body,
+        flops=generated.flops,
+        bytes=generated.bytes,
+        key=key,
+        tile=tiles,
+        comments=_comments(plan, flat),
     )
 
 
