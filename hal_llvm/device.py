@@ -69,6 +69,7 @@ class LLVMKernel(Kernel):
         elif self._trivial not in ("zero", "copy"):
             raise HalError(f"kernel {info.name!r} of kind {self._trivial!r} has no body")
         self._split = runtime.should_split(self._groups, info.flops, info.bytes)
+        self._inline = runtime.may_inline(info.flops, info.bytes)
 
     def _check(self, params: Sequence[Buffer]) -> tuple[CpuBuffer, ...]:
         # On every launch: keep the passing path free of formatting and generators.
@@ -129,6 +130,7 @@ class LLVMKernel(Kernel):
             self._groups,
             deps,
             split=self._split,
+            inline=self._inline,
             label=self._label,
             # The array holds raw addresses only: the job must own the buffers (and the
             # JIT code) until it completes (PERFORMANCE.md 4.3).

@@ -15,9 +15,11 @@ here and return an `LLVMEvent` at once. Threading design:
   scheduler idle while a slow helper works, PERFORMANCE.md 4.8). Each slice is one native
   call `K__grid(params, begin, end)` through ctypes, which releases the GIL.
 - **Small launches** (one work-group, or less estimated work than `TILE_CPU_SPLIT_US`,
-  default 200 µs, a few times the fork-join cost) run as one call on the scheduler; or, when
-  the queue is idle and their dependencies are complete, at once on the submitting thread
-  (`inline=True`): two thread hand-offs (tens of µs on a VM) cost more than such a launch.
+  default 200 µs, a few times the fork-join cost) run as one call on the scheduler.
+- **Short launches** (less estimated work than `INLINE_SECONDS`, 2 ms) submitted while the
+  queue is idle and their dependencies are complete run at once on the submitting thread
+  (`inline=True`), which takes the scheduler's part in a split launch: the hand-offs to the
+  scheduler and back (tens of µs on a VM) would cost as much as a short launch.
   Jobs still run one at a time and in submission order: the inline path is taken only with
   nothing queued or running, and holds the same `_running` lock as the scheduler.
 - **Lifetimes**: a job holds the buffers, the parameter array and the JIT module it uses
@@ -56,6 +58,9 @@ SLICES_PER_THREAD = 4
 _FLOPS_PER_SECOND = 2e10
 _BYTES_PER_SECOND = 1e10
 _DEFAULT_SPLIT_MICROSECONDS = 200.0
+
+# Estimated one-core time up to which a launch may run on the submitting thread (below).
+INLINE_SECONDS = 2e-3
 
 # How long close() waits for queued work at interpreter exit before giving up on it.
 _EXIT_JOIN_SECONDS = 10.0
@@ -196,9 +201,9 @@ class CpuRuntime:
             if self._closed:
                 raise HalError(f"{self.name} is closed")
             self._pending += 1
+            if self._scheduler is None:
+                self._start()  # the helpers take part in inline launches too
             if not (ready and self._pending == 1):
-                if self._scheduler is None:
-                    self._start()
                 self._jobs.put(job)
                 return event
         with self._running:
@@ -217,10 +222,11 @@ class CpuRuntime:
         label: str = "",
         keep_alive: object = None,
         profile: bool = False,
+        inline: bool = False,
     ) -> LLVMEvent:
         """Queue a grid launch: `entry(params, begin, end)` over work-groups [0, groups),
         split across the compute threads when `split` is True and the grid has more than
-        one work-group; one that is not split may run inline (`submit`)."""
+        one work-group; with `inline`, it may run on this thread (`submit`)."""
 
         def run_grid() -> None:
             self.run_grid(entry, params, groups, split=split)
@@ -231,12 +237,15 @@ class CpuRuntime:
             label=label,
             keep_alive=keep_alive,
             profile=profile,
-            inline=not split,
+            inline=inline,
         )
 
+    def may_inline(self, flops: int, traffic_bytes: int) -> bool:
+        """Whether a launch is short enough to run on the submitting thread (module docstring)."""
+        return estimated_seconds(flops, traffic_bytes) < INLINE_SECONDS
+
     def should_split(self, groups: int, flops: int, traffic_bytes: int) -> bool:
-        """Whether a launch is worth the fork-join of splitting it (7.4); a launch that is
-        not runs inline when it can (`submit`), so on one thread only small ones say no."""
+        """Whether a launch is worth the fork-join of splitting it (7.4)."""
         if groups <= 1:
             return False
         return estimated_seconds(flops, traffic_bytes) >= self.split_seconds

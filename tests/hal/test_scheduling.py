@@ -240,13 +240,17 @@ def _recorder(names: list[str]):
     return lambda params, begin, end: names.append(threading.current_thread().name)
 
 
-def test_a_small_ready_launch_on_an_idle_queue_runs_on_the_caller(cpu_device) -> None:
+def test_a_short_ready_launch_on_an_idle_queue_runs_on_the_caller(cpu_device) -> None:
     runtime, names = cpu_device.runtime, []
-    event = runtime.launch(_recorder(names), 0, 64, split=False)
+    assert runtime.may_inline(10**6, 10**6) and not runtime.may_inline(10**12, 0)
+    event = runtime.launch(_recorder(names), 0, 64, split=False, inline=True)
     assert event.is_complete and names == [threading.current_thread().name]
-    split = runtime.launch(_recorder(names), 0, 64, split=True)  # large: never inline
-    split.wait(timeout=10)
-    assert "llvm_cpu.0 scheduler" in names[1:]
+    names.clear()
+    split = runtime.launch(_recorder(names), 0, 64, split=True, inline=True)
+    assert split.is_complete and threading.current_thread().name in names  # takes part
+    names.clear()
+    runtime.launch(_recorder(names), 0, 64, split=False).wait(timeout=10)  # not short
+    assert names == ["llvm_cpu.0 scheduler"]
 
 
 def test_inline_launches_keep_submission_order(cpu_device) -> None:
@@ -254,8 +258,10 @@ def test_inline_launches_keep_submission_order(cpu_device) -> None:
     runtime, names, order = cpu_device.runtime, [], []
     gate = SettableEvent("gate")
     held = runtime.submit(lambda: order.append("held"), [gate])
-    after = runtime.launch(lambda params, begin, end: order.append("after"), 0, 1, split=False)
-    waiting = runtime.launch(_recorder(names), 0, 1, [gate], split=False)
+    after = runtime.launch(
+        lambda params, begin, end: order.append("after"), 0, 1, split=False, inline=True
+    )
+    waiting = runtime.launch(_recorder(names), 0, 1, [gate], split=False, inline=True)
     assert not after.is_complete and not waiting.is_complete and order == []
     gate.set_result()
     wait_all([held, after, waiting], timeout=10)
@@ -266,7 +272,7 @@ def test_an_inline_failure_fails_its_event_not_the_caller(cpu_device) -> None:
     def broken(params: int, begin: int, end: int) -> None:
         raise ValueError("broken kernel")
 
-    event = cpu_device.runtime.launch(broken, 0, 1, split=False)
+    event = cpu_device.runtime.launch(broken, 0, 1, split=False, inline=True)
     assert event.is_complete
     with pytest.raises(ExecutionError, match="broken kernel"):
         event.wait(timeout=10)
