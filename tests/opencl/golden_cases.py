@@ -1,17 +1,25 @@
 """Kernel lists whose OpenCL C is pinned in `tests/golden/<case>.cl`: the printer's sample
-kernels (vector elementwise, register-tiled matmul, local-memory reduction) and one case per
+kernels (vector elementwise, register-tiled matmul, local-memory reduction), one case per
 family of OpenCL-specific spellings (integer semantics, half storage, boolean masks,
-conversions)."""
+conversions), and programs as the generator writes them for an OpenCL CPU device (a
+reduction in lanes, a padded convolution on the vector path, a split reduction)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+from unittest import mock
 
+import numpy as np
+
+import tile
 from semtree import builder as sb
+from semtree.kernel import HardwareSettings
 from semtree.nodes import Builtin, Cond, Limit
 from semtree.types import DType, Region, Type, TypeBase
 from tests.opencl.harness import kernel, kernel_list
 from tests.semtree.kernels import elementwise_vec4, group_sum, matmul_tile
+from tile import gen_split
+from tile.generate import generate_program
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -144,6 +152,41 @@ def conversions() -> KernelList:
     return kernel_list(kernel(sb.function("conversions", params, body), sizes, (4,), (4,)))
 
 
+# The settings PoCL gets on an AVX2 host (8 floats per vector).
+OPENCL_CPU = HardwareSettings.opencl_cpu(
+    max_work_group_size=4096,
+    max_work_item_sizes=(4096, 4096, 4096),
+    max_compute_units=2,
+    preferred_vector_width_float=8,
+    global_mem_cacheline_size=64,
+    extensions=("cl_khr_fp64",),
+)
+
+
+def generated(source: str, shapes: dict[str, tuple[int, ...]]) -> KernelList:
+    inputs = {name: np.zeros(shape, np.float32) for name, shape in shapes.items()}
+    return generate_program(tile.Function(source).bind(inputs), OPENCL_CPU)
+
+
+def lane_reduction() -> KernelList:
+    """Row maxima over 64 lanes, folded pairwise."""
+    return generated("function (X[M, N]) -> (O) { O[m: M] = >(X[m, n]); }", {"X": (3, 128)})
+
+
+def padded_convolution() -> KernelList:
+    """The register-tiled vector path with guards: whole-tile and per-row variants."""
+    source = """function (I[N, H, W, CI], K[KH, KW, CI, CO]) -> (O) {
+        O[n, y, x, co: N, H, W, CO] = +(I[n, y + i - 1, x + j - 1, ci] * K[i, j, ci, co]);
+    }"""
+    return generated(source, {"I": (1, 5, 9, 3), "K": (3, 3, 3, 16)})
+
+
+def split_sum() -> KernelList:
+    """A sum to one element as partials over a temporary, then their total."""
+    with mock.patch.object(gen_split, "MIN_SPLIT_TUPLES", 1024):
+        return generated("function (X[N]) -> (O) { O[] = +(X[i]); }", {"X": (2048,)})
+
+
 CASES: dict[str, Callable[[], KernelList]] = {
     "scale_add_relu": scale_add_relu,
     "matmul_tile": matmul,
@@ -152,4 +195,7 @@ CASES: dict[str, Callable[[], KernelList]] = {
     "half_storage": half_storage,
     "boolean_masks": boolean_masks,
     "conversions": conversions,
+    "lane_reduction": lane_reduction,
+    "padded_convolution": padded_convolution,
+    "split_sum": split_sum,
 }
