@@ -71,8 +71,8 @@ def split_reduction(
             p
             for p in (16, 8, 4, 2)
             if p * elements <= 2 * settings.goal_groups
-            and count % (p * lanes) == 0
-            and count // p >= 2 * lanes
+            and count % (p * 8) == 0
+            and count // p >= 16  # each piece still runs in lanes
         ),
         0,
     )

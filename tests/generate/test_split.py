@@ -5,8 +5,12 @@ that both forms compute what numpy does in float64 — through the reference int
 
 from __future__ import annotations
 
+from unittest import mock
+
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import tile
 from tests.generate.harness import LLVM_CPU, run_program
@@ -95,3 +99,31 @@ def test_llvm_cpu_runs_split_reductions(source: str, reference: object) -> None:
     got = tile.run(source, {"X": x}, device="llvm_cpu.0")["O"]
     want = reference(x.astype(np.float64))  # type: ignore[operator]
     np.testing.assert_allclose(float(got), want, rtol=1e-5, atol=1e-2)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rows=st.integers(1, 5),
+    vectors=st.integers(2, 40),
+    agg=st.sampled_from(["+", ">", "<"]),
+    product=st.booleans(),
+    split=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_random_lane_reductions(
+    rows: int, vectors: int, agg: str, product: bool, split: bool, seed: int
+) -> None:
+    """Row reductions of 16 to 320 elements, in lanes and possibly split, with one operand or
+    two (one of them constant along the row), against numpy: quarters make every sum exact."""
+    k = 8 * vectors
+    term = "X[m, k] * S[m]" if product else "X[m, k]"
+    source = f"function (X[M, K], S[M]) -> (O) {{ O[m: M] = {agg}({term}); }}"
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-8, 9, (rows, k)).astype(np.float32) / 4
+    s = rng.integers(-8, 9, rows).astype(np.float32) / 4
+    terms = x * s[:, None] if product else x
+    want = {"+": terms.sum(axis=1), ">": terms.max(axis=1), "<": terms.min(axis=1)}[agg]
+    threshold = 64 if split else gen_split.MIN_SPLIT_TUPLES
+    with mock.patch.object(gen_split, "MIN_SPLIT_TUPLES", threshold):
+        got = run_program(source, {"X": x, "S": s})["O"]
+    np.testing.assert_array_equal(got, want)

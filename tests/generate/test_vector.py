@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import tile
 from semtree.kernel import KernelKind
@@ -145,3 +147,41 @@ def test_padded_convolution(settings: object) -> None:
     finite = np.isfinite(want)
     assert (np.isfinite(got) == finite).all() and not finite[:, 1:, 1:, 0].any()
     np.testing.assert_allclose(got[finite], want[finite], rtol=1e-4, atol=1e-4)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    sizes=st.tuples(*(st.integers(1, n) for n in (6, 9, 4, 3, 3, 3, 20))),
+    pads=st.tuples(st.integers(0, 3), st.integers(0, 3)),
+    settings_=st.sampled_from([LLVM_CPU, tiled(4), SCALAR]),
+    seed=st.integers(0, 2**16),
+)
+def test_random_padded_convolutions(
+    sizes: tuple[int, ...], pads: tuple[int, int], settings_: object, seed: int
+) -> None:
+    """2-D convolutions with random sizes and paddings (guards on a grid coordinate, on the
+    row coordinate, both, or neither), against a direct sum over the valid taps."""
+    h, w, ci, kh, kw, out_h, co = sizes
+    ph, pw = pads
+    source = f"""function (I[H, W, CI], F[KH, KW, CI, CO]) -> (O) {{
+        O[y, x, c: {out_h}, W, CO] = +(I[y + i - {ph}, x + j - {pw}, d] * F[i, j, d, c]);
+    }}"""
+    rng = np.random.default_rng(seed)
+    i = rng.integers(-8, 9, (h, w, ci)).astype(np.float32) / 4
+    f = rng.integers(-8, 9, (kh, kw, ci, co)).astype(np.float32) / 4
+    want = np.zeros((out_h, w, co))
+    valid = False
+    for y in range(out_h):
+        for x in range(w):
+            for a in range(kh):
+                for b in range(kw):
+                    if 0 <= y + a - ph < h and 0 <= x + b - pw < w:
+                        want[y, x] += i[y + a - ph, x + b - pw] @ f[a, b]
+                        valid = True
+    if not valid:  # no tuple at all is an error of the program (spec: E-EMPTY)
+        with pytest.raises(tile.TileError, match="E-EMPTY"):
+            run_program(source, {"I": i, "F": f}, settings_)  # type: ignore[arg-type]
+        return
+    assert len(vector_kernels(source, settings_, {"I": i, "F": f})) == 1
+    got = run_program(source, {"I": i, "F": f}, settings_)["O"]  # type: ignore[arg-type]
+    np.testing.assert_array_equal(got, want)  # quarters: every sum is exact
