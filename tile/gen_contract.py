@@ -360,7 +360,7 @@ class _GroupKernel:
         statements: list[Stmt] = []
         half = self.lanes // 2
         while half:
-            counter = Load(Lookup(self.writer.fresh("fold")))
+            counter = Load(Lookup(self.writer.fresh(f"fold{half}")))
             low = self.element(self.acc, affine([(self.lanes, tile.index), (1, counter)]))
             high = self.element(self.acc, affine([(self.lanes, tile.index), (1, counter)], half))
             store = Store(low, self.aggregate(Load(low), Load(high)))

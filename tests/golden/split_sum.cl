@@ -19,23 +19,23 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void tile_0_part(__globa
   }
   {
     int p_ = base0;
-    for (int fold = 0; fold < 32; fold += 1) {
-      acc[fold] = acc[fold] + acc[fold + 32];
+    for (int fold32 = 0; fold32 < 32; fold32 += 1) {
+      acc[fold32] = acc[fold32] + acc[fold32 + 32];
     }
-    for (int fold_ = 0; fold_ < 16; fold_ += 1) {
-      acc[fold_] = acc[fold_] + acc[fold_ + 16];
+    for (int fold16 = 0; fold16 < 16; fold16 += 1) {
+      acc[fold16] = acc[fold16] + acc[fold16 + 16];
     }
-    for (int fold__ = 0; fold__ < 8; fold__ += 1) {
-      acc[fold__] = acc[fold__] + acc[fold__ + 8];
+    for (int fold8 = 0; fold8 < 8; fold8 += 1) {
+      acc[fold8] = acc[fold8] + acc[fold8 + 8];
     }
-    for (int fold___ = 0; fold___ < 4; fold___ += 1) {
-      acc[fold___] = acc[fold___] + acc[fold___ + 4];
+    for (int fold4 = 0; fold4 < 4; fold4 += 1) {
+      acc[fold4] = acc[fold4] + acc[fold4 + 4];
     }
-    for (int fold____ = 0; fold____ < 2; fold____ += 1) {
-      acc[fold____] = acc[fold____] + acc[fold____ + 2];
+    for (int fold2 = 0; fold2 < 2; fold2 += 1) {
+      acc[fold2] = acc[fold2] + acc[fold2 + 2];
     }
-    for (int fold_____ = 0; fold_____ < 1; fold_____ += 1) {
-      acc[fold_____] = acc[fold_____] + acc[fold_____ + 1];
+    for (int fold1 = 0; fold1 < 1; fold1 += 1) {
+      acc[fold1] = acc[fold1] + acc[fold1 + 1];
     }
   }
   {
@@ -60,14 +60,14 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void tile_0(__global flo
     }
   }
   {
-    for (int fold = 0; fold < 4; fold += 1) {
-      acc[fold] = acc[fold] + acc[fold + 4];
+    for (int fold4 = 0; fold4 < 4; fold4 += 1) {
+      acc[fold4] = acc[fold4] + acc[fold4 + 4];
     }
-    for (int fold_ = 0; fold_ < 2; fold_ += 1) {
-      acc[fold_] = acc[fold_] + acc[fold_ + 2];
+    for (int fold2 = 0; fold2 < 2; fold2 += 1) {
+      acc[fold2] = acc[fold2] + acc[fold2 + 2];
     }
-    for (int fold__ = 0; fold__ < 1; fold__ += 1) {
-      acc[fold__] = acc[fold__] + acc[fold__ + 1];
+    for (int fold1 = 0; fold1 < 1; fold1 += 1) {
+      acc[fold1] = acc[fold1] + acc[fold1 + 1];
     }
   }
   {
