@@ -246,7 +246,7 @@ class CpuRuntime:
 
     def should_split(self, groups: int, flops: int, traffic_bytes: int) -> bool:
         """Whether a launch is worth the fork-join of splitting it (7.4)."""
-        if groups <= 1:
+        if groups <= 1 or self.threads <= 1:
             return False
         return estimated_seconds(flops, traffic_bytes) >= self.split_seconds
 
@@ -257,7 +257,7 @@ class CpuRuntime:
         if groups <= 0:
             return
         if not split or groups == 1 or self.threads == 1:
-            entry(params, 0, groups)  # one thread: a "split" launch is one call as well
+            entry(params, 0, groups)
             return
         slices = min(groups, SLICES_PER_THREAD * self.threads)
         launch = _SplitLaunch(entry, params, groups, slices)

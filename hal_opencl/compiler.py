@@ -33,6 +33,7 @@ import pyopencl as cl
 
 from hal.errors import BackendCompileError, HalError, UnsupportedOnDevice
 from hal.interfaces import Compiler, Library
+from hal_opencl.device import build_log
 from hal_opencl.program import ProgramSource, render_program
 from hal_opencl.render import RenderOptions, hoisted_locals
 
@@ -56,13 +57,6 @@ class BuiltProgram:
     locks: dict[str, threading.Lock]
     seconds: float
     log: str = field(repr=False)
-
-
-def build_log(program: cl.Program, cl_device: cl.Device) -> str:
-    try:
-        return str(program.get_build_info(cl_device, cl.program_build_info.LOG) or "")
-    except cl.Error:
-        return ""
 
 
 def build_program(

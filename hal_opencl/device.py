@@ -216,6 +216,14 @@ PROBE_SOURCE = "__kernel void tile_probe(__global int *out) { out[0] = 1; }"
 UNKNOWN_CPU = "unknown target CPU"  # the driver's log when its LLVM cannot name the host CPU
 
 
+def build_log(program: cl.Program, cl_device: cl.Device) -> str:
+    """The driver's build log of `program` for `cl_device` ("" when it has none)."""
+    try:
+        return str(program.get_build_info(cl_device, cl.program_build_info.LOG) or "")
+    except cl.Error:
+        return ""
+
+
 def compile_problem(cl_device: cl.Device) -> str | None:
     """None when the device's compiler builds a trivial kernel, else the driver's reason."""
     try:
@@ -228,11 +236,8 @@ def compile_problem(cl_device: cl.Device) -> str | None:
         try:
             program.build(devices=[cl_device])
         except cl.Error as error:
-            try:
-                log = str(program.get_build_info(cl_device, cl.program_build_info.LOG) or "")
-            except cl.Error:
-                log = ""
-            lines = [line.strip() for line in (log or str(error)).splitlines() if line.strip()]
+            log = build_log(program, cl_device) or str(error)
+            lines = [line.strip() for line in log.splitlines() if line.strip()]
             return "its compiler rejects every program: " + (lines[0] if lines else "no log")
     return None
 

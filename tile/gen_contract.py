@@ -360,11 +360,12 @@ class _GroupKernel:
         statements: list[Stmt] = []
         half = self.lanes // 2
         while half:
-            counter = Load(Lookup(self.writer.fresh(f"fold{half}")))
+            name = self.writer.fresh(f"fold{half}")
+            counter = Load(Lookup(name))
             low = self.element(self.acc, affine([(self.lanes, tile.index), (1, counter)]))
             high = self.element(self.acc, affine([(self.lanes, tile.index), (1, counter)], half))
             store = Store(low, self.aggregate(Load(low), Load(high)))
-            statements.append(For(counter.ref.name, half, 1, _block(store)))
+            statements.append(For(name, half, 1, _block(store)))
             half //= 2
         return statements, []
 

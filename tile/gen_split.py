@@ -37,12 +37,12 @@ MIN_SPLIT_TUPLES = 1 << 20
 
 @dataclass(frozen=True, slots=True)
 class Split:
-    """The two kernels of a split reduction and the context that knows their temporary."""
+    """The two kernels of a split reduction and the context that knows their temporary (its
+    shape is `context.shapes[buffer]`)."""
 
     partials: tuple[KernelPlan, FlatContraction]
     total: tuple[KernelPlan, FlatContraction]
     buffer: str  # the temporary P
-    shape: TensorShape
     context: ProgramContext
 
 
@@ -121,4 +121,4 @@ def split_reduction(
     total_plan = KernelPlan(
         PlanKind.CONTRACTION, plan.shape, (replace(op, inputs=(buffer,)),), plan.stores
     )
-    return Split((partials_plan, partials), (total_plan, total), buffer, shape, context)
+    return Split((partials_plan, partials), (total_plan, total), buffer, context)

@@ -88,31 +88,29 @@ def generate_program(
                 split = None
                 if settings.threads == 1:
                     split = split_reduction(kernel_plan, flat, context, settings, f"_P{index}")
-                if split is not None:
+                if split is not None:  # the partials kernel now; the total below, as usual
                     context = split.context
-                    shapes[split.buffer] = split.shape
+                    shapes[split.buffer] = context.shapes[split.buffer]
                     temporaries.append(split.buffer)
-                    for suffix, (part_plan, part_flat) in (
-                        ("_part", split.partials),
-                        ("", split.total),
-                    ):
-                        part_tiles = _tiles(part_plan, part_flat, settings)
-                        generated = generate_group(
-                            part_plan, part_flat, context, settings, part_tiles, name + suffix
+                    part_plan, part_flat = split.partials
+                    part_tiles = _tiles(part_plan, part_flat, settings)
+                    part_name = f"{name}_part"
+                    generated = generate_group(
+                        part_plan, part_flat, context, settings, part_tiles, part_name
+                    )
+                    kernels.append(
+                        _info(
+                            part_name,
+                            part_plan,
+                            generated,
+                            part_flat,
+                            part_tiles,
+                            (1, 1, 1),
+                            context,
+                            bodies,
                         )
-                        kernels.append(
-                            _info(
-                                name + suffix,
-                                part_plan,
-                                generated,
-                                part_flat,
-                                part_tiles,
-                                (1, 1, 1),
-                                context,
-                                bodies,
-                            )
-                        )
-                    continue
+                    )
+                    kernel_plan, flat = split.total
                 # CPU fast path: register-tiled vector kernels for plain +(A * B).
                 vector = None
                 if settings.threads == 1:
