@@ -36,6 +36,7 @@ from hal_llvm.render_expr import ExpressionEmitter, Variable
 from hal_llvm.render_math import Declarations
 from hal_llvm.render_types import (
     BUFFER_ALIGNMENT,
+    I1,
     I8,
     I32,
     I64,
@@ -47,12 +48,16 @@ from semtree.kernel import Direction
 from semtree.nodes import (
     Barrier,
     Block,
+    Builtin,
+    Call,
     Declare,
     For,
     If,
+    Load,
     Lookup,
     Return,
     Store,
+    Subscript,
     UnsupportedNode,
     While,
     walk,
@@ -305,7 +310,8 @@ class KernelEmitter(ExpressionEmitter):
             following = builder.add(builder.load(counter), ir.Constant(I64, step), flags=("nsw",))
             builder.store(following, counter)
             end = ir.Constant(I64, count * step)
-            builder.cbranch(builder.icmp_signed("<", following, end), loop, done)
+            latch = builder.cbranch(builder.icmp_signed("<", following, end), loop, done)
+            self._mark_loop(latch, body)
         builder.position_at_end(done)
 
     def _while(self, cond: Expr, body: Stmt) -> None:
@@ -318,8 +324,48 @@ class KernelEmitter(ExpressionEmitter):
         builder.cbranch(self.truth(self.expression(cond)), loop, done)
         builder.position_at_end(loop)
         self._scoped(body)
-        self._continue_to(header)
+        if not builder.block.is_terminated:
+            self._mark_loop(builder.branch(header), body)
         builder.position_at_end(done)
+
+    def _mark_loop(self, latch: ir.Instruction, body: Stmt) -> None:
+        """Keep LLVM's loop vectoriser off a loop that carries a MAX or MIN.
+
+        LLVM 22 (llvmlite 0.50) vectorises `maxnum`/`minnum` reductions with a NaN check and
+        gets them wrong: at trip counts that are not a multiple of its vector width it drops
+        the remainder iterations (a row max over 7 columns reads 4), and at some others an
+        assertion inside its cost model aborts the process. Our own lane reductions
+        (tile.gen_vector) vectorise the reductions worth it; this loop stays scalar.
+        """
+        if not carries_min_max(body):
+            return
+        module = self.function.module
+        disable = module.add_metadata(
+            [ir.MetaDataString(module, "llvm.loop.vectorize.enable"), ir.Constant(I1, 0)]
+        )
+        # A loop id refers to itself (which also keeps it distinct from every other loop's).
+        loop_id = ir.values.MDValue(module, [], name=str(len(module.metadata)))
+        loop_id.operands = (loop_id, disable)
+        latch.set_metadata("llvm.loop", loop_id)
+
+
+def carries_min_max(body: Stmt) -> bool:
+    """Whether a loop with this body carries a MAX or MIN from one iteration to the next: a
+    MAX or MIN call reads a variable, declared outside the body, that the body stores to."""
+    declared = {node.name for node in walk(body) if isinstance(node, Declare)}
+    stored = {_root(node.ref) for node in walk(body) if isinstance(node, Store)} - declared
+    return any(
+        isinstance(node, Call)
+        and node.fn in (Builtin.MAX, Builtin.MIN)
+        and any(isinstance(read, Load) and _root(read.ref) in stored for read in walk(node))
+        for node in walk(body)
+    )
+
+
+def _root(ref: object) -> str:
+    while isinstance(ref, Subscript):
+        ref = ref.base
+    return ref.name if isinstance(ref, Lookup) else ""
 
 
 def _param_bytes(info: KernelInfo, index: int) -> int:
