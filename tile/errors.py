@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     from tile.syntax import Span
 
-SYNTAX_CODES = frozenset({"E-LEX", "E-SYNTAX"})
+SYNTAX_CODES = frozenset({"E-LEX", "E-SYNTAX", "E-LIMIT"})
 BIND_CODES = frozenset({"E-BIND"})
 
 

@@ -30,12 +30,16 @@ if TYPE_CHECKING:
 
     from tile.errors import Diagnostic
 
-__all__ = ["parse"]
+__all__ = ["MAX_NESTING", "parse"]
 
 GRAMMAR = Path(__file__).with_name("tile.lark")
 START_SYMBOLS = ["start", "header", "chunk", "closing"]
 TILE_WHITESPACE = " \t\r\n"
 INT64_MAX = 2**63 - 1
+# The deepest expression or index polynomial accepted (operators, calls and conditionals
+# nested in one another; parentheses alone do not count). Later stages walk expressions
+# recursively; the limit keeps them far from Python's recursion limit (E-LIMIT beyond it).
+MAX_NESTING = 128
 
 _BINARY_OPS = {op.value: op for op in ast.BinaryOp}
 _UNARY_OPS = {op.value: op for op in ast.UnaryOp}
@@ -63,11 +67,74 @@ def parse(source: str, warnings: list[Diagnostic] | None = None) -> ast.Function
         _parse_pieces(parser, source, sink)
         if not sink.errors:  # cannot happen, but never lose the error
             sink.errors.append(_syntax_diagnostic(error, source, source))
+    if function is not None:
+        _check_nesting(function, sink)
     if warnings is not None:
         warnings.extend(sorted(sink.warnings, key=lambda d: (d.line, d.column)))
     sink.raise_if_any()
     assert function is not None
     return function
+
+
+# ---- the nesting limit -----------------------------------------------------------------------
+
+_Node = ast.Expr | ast.PolyExpr
+
+
+def _check_nesting(function: ast.FunctionDef, sink: DiagnosticSink) -> None:
+    """E-LIMIT for every statement with an expression nested more than MAX_NESTING deep."""
+    for statement in function.body:
+        for root in _statement_roots(statement):
+            depth, node = _depth(root)
+            if node is not None:
+                sink.error(
+                    "E-LIMIT",
+                    f"expression nested too deeply: {depth} levels of operators, calls or "
+                    f"conditionals inside one another, more than this compiler's limit of "
+                    f"{MAX_NESTING}; compute parts in separate statements (T = ...;)",
+                    getattr(node, "span", None),
+                )
+                break
+
+
+def _statement_roots(statement: ast.Statement) -> list[_Node]:
+    if isinstance(statement, ast.Assign):
+        return [statement.value]
+    out = statement.out
+    roots: list[_Node] = [*out.indices, *(out.sizes or ())]
+    for operand in statement.operands:
+        roots.extend(operand.indices)
+    for constraint in statement.constraints:
+        roots.extend((constraint.poly, constraint.bound))
+    return roots
+
+
+def _depth(root: _Node) -> tuple[int, _Node | None]:
+    """How many levels `root` nests (a leaf is 1), and the first node found deeper than
+    MAX_NESTING, if any. Iterative, so that any depth is measured without recursion."""
+    stack: list[tuple[_Node, int]] = [(root, 1)]
+    deepest, beyond = 0, None
+    while stack:
+        node, level = stack.pop()
+        deepest = max(deepest, level)
+        if level > MAX_NESTING and beyond is None:
+            beyond = node
+        stack.extend((child, level + 1) for child in _children(node))
+    return deepest, beyond
+
+
+def _children(node: _Node) -> tuple[_Node, ...]:
+    match node:
+        case ast.Binary(lhs=lhs, rhs=rhs) | ast.PBinary(lhs=lhs, rhs=rhs):
+            return (lhs, rhs)
+        case ast.Unary(operand=operand) | ast.PNeg(operand=operand):
+            return (operand,)
+        case ast.Call(args=args):
+            return args
+        case ast.Ternary(cond=cond, then=then, other=other):
+            return (cond, then, other)
+        case _:
+            return ()
 
 
 # ---- the parser ------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import SHARED
 from tile import syntax as ast
 from tile.errors import TileSyntaxError
-from tile.parse import build_parser, parse
+from tile.parse import MAX_NESTING, build_parser, parse
 from tile.syntax import BinaryOp, Span
 
 CASE_FILES = sorted(SHARED.glob("spec/cases/*.json")) + sorted(
@@ -650,8 +650,13 @@ def test_deep_nesting_needs_no_recursion() -> None:
     # The AST is built during the LALR parse, so deep nesting cannot overflow the stack.
     nested = parse(f"function (A) -> (O) {{ O = {'(' * 3000}A{')' * 3000}; }}")
     assert nested.body[0].value == ast.Name("A")
-    chain = parse(f"function (A) -> (O) {{ O = {' + '.join(['A'] * 3000)}; }}")
+    chain = parse(f"function (A) -> (O) {{ O = {' + '.join(['A'] * MAX_NESTING)}; }}")
     assert chain.body[0].value.op is BinaryOp.ADD
+    # Deeper expressions are measured without recursion too, and stopped (E-LIMIT) so that
+    # the recursive stages after the parser never see them.
+    with pytest.raises(TileSyntaxError) as caught:
+        parse(f"function (A) -> (O) {{ O = {' + '.join(['A'] * 3000)}; }}")
+    assert caught.value.code == "E-LIMIT"
 
 
 def test_parsing_in_threads() -> None:
