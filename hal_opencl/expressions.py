@@ -10,6 +10,8 @@ computes what the reference interpreter computes:
   `select(other, then, mask)`; a vector `Cond` whose branches read memory evaluates a branch
   only where some lane chooses it (`any`/`all`), as the reference does;
 - float `a * b + c` and `MAD` print as `mad(a, b, c)` (plain arithmetic under `disable_mad`);
+- `Clamp` prints as `min(max(x, lo), hi)` (`fmin`/`fmax` for floats), never as OpenCL's
+  `clamp`, which is undefined when a bound converted to the common type makes lo > hi;
   `fast_math` uses `native_exp/log/sqrt/recip` for float;
 - loads and stores through half pointers without cl_khr_fp16 use `vload_half[N]` and
   `vstore_half[N]`, and width-3 vectors in buffers are packed (`vload3`/`vstore3`);
@@ -210,14 +212,22 @@ class ExpressionRenderer(CPrinter):
             case Cond() | Select():
                 return self.choice(expr)
             case Clamp(value, lo, hi):
-                common, arguments = self.common_arguments((value, lo, hi))
-                return call("clamp", arguments, common)
+                return self.clamp((value, lo, hi))
             case Cast(type_, value):
                 return self.cast(type_, value)
             case Call(fn, args):
                 return self.builtin(fn, args)
             case _:
                 raise UnsupportedNode(expr)
+
+    def clamp(self, args: tuple[Expr, Expr, Expr]) -> Text:
+        """`min(max(x, lo), hi)` in the operands' common type, as the reference computes it.
+        Not OpenCL's `clamp`, which is undefined when lo > hi (a bound converted to the
+        common type can be: `clamp(uchar, -2, 3)` has lo = 254; Intel's OpenCL then gives
+        254, the reference 3). A float NaN gives lo, then min(lo, hi), as with fmax/fmin."""
+        common, (value, low, high) = self.common_arguments(args)
+        larger, smaller = ("fmax", "fmin") if common.is_float else ("max", "min")
+        return call(smaller, [call(larger, [value, low], common), high], common)
 
     def limit_text(self, which: Limit, dtype: DType) -> Text:
         register = value_type(Type.value(dtype), self.native_fp16)

@@ -107,6 +107,14 @@ def test_weak_literals_take_the_element_type() -> None:
     assert expression(sb.var("u").lt(-1), scope) == "u < UINT_MAX"
 
 
+def test_clamp_is_defined_for_any_bounds() -> None:
+    """min(max(x, lo), hi), never OpenCL's clamp (undefined for lo > hi): -2 in uchar is 254."""
+    scope = {"u": Type.value(DType.UINT8), "f": Type.value(DType.FLOAT32, 4)}
+    assert expression(sb.clamp(sb.var("u"), -2, 3), scope) == "min(max(u, (uchar)254), (uchar)3)"
+    clamped = expression(sb.clamp(sb.var("f"), 2.5, -1.5), scope)
+    assert clamped == "fmin(fmax(f, (float4)(2.5f)), (float4)(-1.5f))"
+
+
 def test_native_half_and_mad_options() -> None:
     scope = {"h": Type.value(DType.FLOAT16), "f": Type.value(DType.FLOAT32)}
     native = RenderOptions(native_fp16=True)
