@@ -68,7 +68,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from semtree.kernel import HardwareSettings, KernelInfo, KernelList
-    from semtree.nodes import Expr, Function, Stmt
+    from semtree.nodes import Expr, Function, Node, Stmt
     from semtree.types import Type
 
 # Arrays up to this many elements are initialised with straight-line stores (what SROA
@@ -311,7 +311,7 @@ class KernelEmitter(ExpressionEmitter):
             builder.store(following, counter)
             end = ir.Constant(I64, count * step)
             latch = builder.cbranch(builder.icmp_signed("<", following, end), loop, done)
-            self._mark_loop(latch, body)
+            self._mark_loop(latch, body, var)
         builder.position_at_end(done)
 
     def _while(self, cond: Expr, body: Stmt) -> None:
@@ -328,7 +328,7 @@ class KernelEmitter(ExpressionEmitter):
             self._mark_loop(builder.branch(header), body)
         builder.position_at_end(done)
 
-    def _mark_loop(self, latch: ir.Instruction, body: Stmt) -> None:
+    def _mark_loop(self, latch: ir.Instruction, body: Stmt, var: str | None = None) -> None:
         """Keep LLVM's loop vectoriser off a loop that carries a MAX or MIN.
 
         LLVM 22 (llvmlite 0.50) vectorises `maxnum`/`minnum` reductions with a NaN check and
@@ -337,7 +337,7 @@ class KernelEmitter(ExpressionEmitter):
         assertion inside its cost model aborts the process. Our own lane reductions
         (tile.gen_vector) vectorise the reductions worth it; this loop stays scalar.
         """
-        if not carries_min_max(body):
+        if not carries_min_max(body, var):
             return
         module = self.function.module
         disable = module.add_metadata(
@@ -349,17 +349,34 @@ class KernelEmitter(ExpressionEmitter):
         latch.set_metadata("llvm.loop", loop_id)
 
 
-def carries_min_max(body: Stmt) -> bool:
-    """Whether a loop with this body carries a MAX or MIN from one iteration to the next: a
-    MAX or MIN call reads a variable, declared outside the body, that the body stores to."""
-    declared = {node.name for node in walk(body) if isinstance(node, Declare)}
-    stored = {_root(node.ref) for node in walk(body) if isinstance(node, Store)} - declared
+def carries_min_max(body: Stmt, var: str | None = None) -> bool:
+    """Whether a loop over `var` with this body carries a MAX or MIN from one iteration to the
+    next: a MAX or MIN call reads a variable, declared outside the body, that the body stores
+    to at a place that does not depend on `var` (`acc = max(acc, x)`, `acc[r] = max(acc[r],
+    x)` in a loop over another variable; not `acc[lane] = max(acc[lane], x)` in the loop over
+    `lane`, whose iterations are independent and which LLVM vectorises correctly)."""
+    dependent = {var} if var is not None else set()
+    declared = set()
+    for node in walk(body):
+        if isinstance(node, Declare):
+            declared.add(node.name)
+            if node.init is not None and _names(node.init) & dependent:
+                dependent.add(node.name)
+    carried = {
+        _root(node.ref)
+        for node in walk(body)
+        if isinstance(node, Store) and not _names(node.ref) & dependent
+    } - declared
     return any(
         isinstance(node, Call)
         and node.fn in (Builtin.MAX, Builtin.MIN)
-        and any(isinstance(read, Load) and _root(read.ref) in stored for read in walk(node))
+        and any(isinstance(read, Load) and _root(read.ref) in carried for read in walk(node))
         for node in walk(body)
     )
+
+
+def _names(node: Node) -> set[str]:
+    return {n.name for n in walk(node) if isinstance(n, Lookup)}
 
 
 def _root(ref: object) -> str:
