@@ -5,7 +5,7 @@ list what the registry loaded; `run` and `dump` read a Tile file, make random in
 shapes given with `--shape` and take it through the pipeline (`tile.cli_run`, `tile.cli_dump`).
 
 Exit status: 0 success; 1 the work failed (a device could not build or run the program,
-`run --check` found devices that disagree, a `dump` stage has no device); 2 the request is
+`run --check` found a device that is wrong, a `dump` stage has no device); 2 the request is
 wrong: an error in the Tile file (printed with its caret), a bad option, an unknown device.
 Results go to stdout, errors to stderr; `TILE_DEBUG` logging goes to stderr too.
 """
@@ -199,7 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--check",
         action="store_true",
-        help="run on every device and report the largest difference (exit 1 beyond tolerance)",
+        help="run on every device and compare; if they disagree (or one ran), judge each "
+        "by the reference evaluator (exit 1 when a device is wrong)",
     )
     run.add_argument("--print", action="store_true", help="print the outputs")
     run.set_defaults(command=run_command)

@@ -5,9 +5,13 @@ generates and builds the program, then schedules the run without waiting: its ti
 compile time printed. Then `--repeat` runs are timed from `invoke()` to the end of `wait()`,
 with the inputs already on the device, and their median is printed.
 
-`--check` runs the same inputs on every device that loaded, compares every output with the
-chosen device's and prints the largest difference; beyond a tolerance fitting the element
-type (exact for integers and booleans), or if a device fails, the exit status is 1.
+`--check` runs the same inputs on every device that loaded and compares every output with
+the chosen device's, within a tolerance fitting the element type (exact for integers and
+booleans). When the devices disagree, or only one device ran, no device is taken to be right:
+each is compared with the reference evaluator (`tile.reference`, the spec in numpy) on the
+same inputs, and the verdict names the devices that agree with it and those that differ. The
+exit status is 1 when a device fails or differs (from the reference, or from the others when
+the reference cannot judge: a feature it lacks, or more than REFERENCE_WORK tuples to visit).
 """
 
 from __future__ import annotations
@@ -34,9 +38,11 @@ from tile.cli_inputs import (
 )
 from tile.errors import DeviceError
 from tile.invoke import Invoker
+from tile.reference import ReferenceUnsupported, evaluate, work
 
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Callable
 
     from tile.api import Device
     from tile.invoke import Function
@@ -47,6 +53,8 @@ TOLERANCES = {
     DType.FLOAT32: (1e-3, 1e-5),
     DType.FLOAT64: (1e-9, 1e-12),
 }
+# The most index tuples and elements the reference evaluator visits for --check (~10 s).
+REFERENCE_WORK = 100_000_000
 
 
 @dataclass
@@ -111,7 +119,18 @@ def run_command(args: argparse.Namespace) -> int:
                 raise
             timings.append(Timing(item, error=error))
     _print_outputs(timings[0], args.print)
-    return _report_check(timings)
+    return _report_check(timings, lambda: reference_outputs(function, inputs))
+
+
+def reference_outputs(function: Function, inputs: dict[str, object]) -> dict[str, np.ndarray]:
+    """The outputs of the reference evaluator for `inputs` (float outputs in float64);
+    ReferenceUnsupported when it cannot evaluate the program or it would take too long."""
+    bound = function.bind(inputs)
+    if (count := work(bound)) > REFERENCE_WORK:
+        raise ReferenceUnsupported(
+            f"it would visit {count:,} index tuples and elements (more than {REFERENCE_WORK:,})"
+        )
+    return evaluate(bound, {name: np.asarray(value) for name, value in inputs.items()})
 
 
 def _timing_line(timing: Timing, repeat: int) -> str:
@@ -136,44 +155,48 @@ def _print_outputs(timing: Timing, values: bool) -> None:
 
 def difference(got: np.ndarray, expected: np.ndarray) -> tuple[float, bool]:
     """The largest absolute difference, and whether `got` is within the tolerance of its
-    element type (NaN where the other has NaN counts as equal)."""
-    if got.shape != expected.shape or got.dtype != expected.dtype:
+    element type (NaN where the other has NaN counts as equal). `expected` may hold the
+    values of a float output more precisely (the reference evaluator's float64)."""
+    same_type = got.dtype == expected.dtype or got.dtype.kind == expected.dtype.kind == "f"
+    if got.shape != expected.shape or not same_type:
         return float("inf"), False
     if got.size == 0:
         return 0.0, True
     dtype = DType.of(got.dtype)
+    wide, want = got.astype(np.float64), expected.astype(np.float64)
     with np.errstate(all="ignore"):
-        delta = np.abs(got.astype(np.float64) - expected.astype(np.float64))
-        same_nan = np.isnan(got.astype(np.float64)) & np.isnan(expected.astype(np.float64))
-        delta = np.where(same_nan, 0.0, np.where(np.isnan(delta), np.inf, delta))
+        delta = np.abs(wide - want)
+        same = (np.isnan(wide) & np.isnan(want)) | (wide == want)  # equal infinities too
+        delta = np.where(same, 0.0, np.where(np.isnan(delta), np.inf, delta))
     largest = float(delta.max())
     if dtype not in TOLERANCES:
         return largest, largest == 0.0
     rtol, atol = TOLERANCES[dtype]
-    close = np.allclose(got, expected, rtol=rtol, atol=atol, equal_nan=True)
+    close = np.allclose(wide, want, rtol=rtol, atol=atol, equal_nan=True)
     return largest, bool(close)
 
 
-def _report_check(timings: list[Timing]) -> int:
-    reference = timings[0]
+def _report_check(timings: list[Timing], reference: Callable[[], dict[str, np.ndarray]]) -> int:
+    """Print the devices' comparison and verdict; 1 when a device failed or is wrong."""
+    baseline = timings[0]
     print(
         f"{'device':14s} {'compile ms':>10s} {'median ms':>10s}  "
-        f"max |difference| vs {reference.device.id}"
+        f"max |difference| vs {baseline.device.id}"
     )
     worst: tuple[float, str, str] = (0.0, "", "")
-    failed = False
+    failed = disagree = False
     for timing in timings:
         if timing.error is not None:
             failed = True
             print(f"{timing.device.id:14s} {'-':>10s} {'-':>10s}  failed: {timing.error}")
             continue
-        if timing is reference:
-            note = "(reference)"
+        if timing is baseline:
+            note = "(baseline)"
         else:
             parts = []
-            for name, expected in reference.outputs.items():
+            for name, expected in baseline.outputs.items():
                 largest, close = difference(timing.outputs[name], expected)
-                failed |= not close
+                disagree |= not close
                 parts.append(f"{name} {largest:.3g}{'' if close else ' MISMATCH'}")
                 if largest >= worst[0]:
                     worst = (largest, name, timing.device.id)
@@ -182,15 +205,46 @@ def _report_check(timings: list[Timing]) -> int:
             f"{timing.device.id:14s} {1000 * timing.compile_seconds:10.1f} "
             f"{timing.median_ms:10.3f}  {note}"
         )
-    if len(timings) == 1:
-        print(f"only {reference.device.id} is available: nothing to compare")
-        for failure in registry.failures():
-            print(f"unavailable: {failure}")
-    elif worst[1]:
+    ran = [timing for timing in timings if timing.error is None]
+    if len(ran) > 1 and not disagree:
         largest, name, device_id = worst
-        verdict = "devices disagree" if failed else "every device agrees within tolerance"
-        print(f"largest difference: {largest:.3g} ({name} on {device_id}); {verdict}")
+        print(
+            f"largest difference: {largest:.3g} ({name} on {device_id}); "
+            f"every device agrees within tolerance"
+        )
+    else:
+        if len(ran) == 1:
+            print(f"only {baseline.device.id} ran: checking it against the reference evaluator")
+            for failure in registry.failures():
+                print(f"unavailable: {failure}")
+        else:
+            print("the devices disagree: checking each against the reference evaluator")
+        wrong = _judge(ran, reference)
+        failed |= disagree if wrong is None else wrong
     if failed:
         print("check failed", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK
+
+
+def _judge(timings: list[Timing], reference: Callable[[], dict[str, np.ndarray]]) -> bool | None:
+    """Print which devices agree with the reference evaluator and which differ; whether any
+    differs, or None when the reference cannot evaluate the program."""
+    try:
+        expected = reference()
+    except ReferenceUnsupported as error:
+        print(f"the reference evaluator cannot check this program: {error}")
+        return None
+    verdicts, wrong = [], False
+    for timing in timings:
+        agree, differ = [], []
+        for name, want in expected.items():
+            largest, close = difference(timing.outputs[name], want)
+            (agree if close else differ).append(f"{name} max |diff| {largest:.3g}")
+        wrong |= bool(differ)
+        if differ:
+            verdicts.append(f"{timing.device.id} differs: {', '.join(differ)}")
+        else:
+            verdicts.append(f"{timing.device.id} agrees with the reference ({', '.join(agree)})")
+    print("; ".join(verdicts))
+    return wrong

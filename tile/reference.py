@@ -29,6 +29,7 @@ Arithmetic:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
     from tile.polynomial import Polynomial
     from tile.program import BoundContraction, BoundOp, BoundProgram
 
-__all__ = ["ReferenceUnsupported", "evaluate", "evaluate_function", "valid_tuples"]
+__all__ = ["ReferenceUnsupported", "evaluate", "evaluate_function", "valid_tuples", "work"]
 
 # Tuples enumerated at once: a few arrays of this many int64 per variable and access.
 CHUNK = 1 << 16
@@ -326,33 +327,21 @@ def valid_tuples(
     """The valid index tuples of contraction `op` (spec 8.4), `chunk` (default CHUNK) tuples
     of its box at a time: the row-major offset of each valid tuple's output element and of
     each operand element it reads."""
-    chunk = chunk or CHUNK
-    contraction = op.contraction
-    assert contraction is not None
-    env = _Environment(bound)
-    tensors = [op.output, *(a.tensor for a in contraction.operands)]
-    accesses = [
-        [(poly, size) for poly, size in zip(access.polys, env.dims(tensor), strict=True)]
-        for access, tensor in zip(contraction.access, tensors, strict=True)
-    ]
-    checks = [(c.poly, c.range) for c in contraction.constraints]
-    names = contraction.index_names
-    ranges = [RangeConstraint(p, n) for access in accesses for p, n in access if not p.is_constant]
-    box = index_bounds([*ranges, *(RangeConstraint(p, n) for p, n in checks)], names).bounds
-    if box is None:  # binding reports an empty or unbounded contraction before this
+    space = _Space.of(bound, op)
+    if space is None:  # binding reports an empty or unbounded contraction before this
         return
-    lows = [box[name].lo for name in names]
-    sizes = [box[name].size for name in names]
-    total = math.prod(sizes)
-    for start in range(0, total, chunk):
-        flat = np.arange(start, min(total, start + chunk), dtype=np.int64)
-        axes = np.unravel_index(flat, sizes) if sizes else ()
-        point = {name: axis + low for name, axis, low in zip(names, axes, lows, strict=True)}
+    chunk = chunk or CHUNK
+    for start in range(0, space.total, chunk):
+        flat = np.arange(start, min(space.total, start + chunk), dtype=np.int64)
+        axes = np.unravel_index(flat, space.sizes) if space.sizes else ()
+        point = {
+            name: axis + low for name, axis, low in zip(space.names, axes, space.lows, strict=True)
+        }
         valid = np.ones(flat.size, bool)
-        for poly, size in checks:
+        for poly, size in space.checks:
             valid &= _in_range(poly, size, point, flat.size)[1]
         offsets = []
-        for access in accesses:
+        for access in space.accesses:
             offset = np.zeros(flat.size, np.int64)
             strides = _row_major([size for _, size in access])
             for (poly, size), stride in zip(access, strides, strict=True):
@@ -361,6 +350,54 @@ def valid_tuples(
                 offset += index * stride
             offsets.append(offset)
         yield offsets[0][valid], tuple(o[valid] for o in offsets[1:])
+
+
+def work(bound: BoundProgram) -> int:
+    """About how many index tuples and elements `evaluate` visits: the size of every
+    contraction's box plus every value's element count (a million take well under a second)."""
+    env = _Environment(bound)
+    total = 0
+    for op in bound.ops:
+        total += math.prod(env.dims(op.output))
+        space = _Space.of(bound, op) if op.contraction is not None else None
+        total += space.total if space is not None else 0
+    return total
+
+
+@dataclass(frozen=True, slots=True)
+class _Space:
+    """The index space of one contraction: each access (output first) and user constraint
+    as (polynomial, range) pairs, and the box of `tile.bounds` holding every valid tuple."""
+
+    names: tuple[str, ...]
+    accesses: list[list[tuple[Polynomial, int]]]
+    checks: list[tuple[Polynomial, int]]
+    lows: list[int]
+    sizes: list[int]
+
+    @property
+    def total(self) -> int:
+        return math.prod(self.sizes)
+
+    @staticmethod
+    def of(bound: BoundProgram, op: BoundOp) -> _Space | None:
+        contraction = op.contraction
+        assert contraction is not None
+        env = _Environment(bound)
+        tensors = [op.output, *(a.tensor for a in contraction.operands)]
+        accesses = [
+            list(zip(access.polys, env.dims(tensor), strict=True))
+            for access, tensor in zip(contraction.access, tensors, strict=True)
+        ]
+        checks = [(c.poly, c.range) for c in contraction.constraints]
+        pairs = [pair for access in accesses for pair in access] + checks
+        ranges = [RangeConstraint(poly, size) for poly, size in pairs if not poly.is_constant]
+        names = contraction.index_names
+        box = index_bounds(ranges, names).bounds
+        if box is None:
+            return None
+        lows, sizes = [box[n].lo for n in names], [box[n].size for n in names]
+        return _Space(names, accesses, checks, lows, sizes)
 
 
 def _row_major(dims: Sequence[int]) -> list[int]:

@@ -18,7 +18,7 @@ import tile
 from tests.conftest import SHARED
 from tests.generate.strategies import contractions, reference_contraction
 from tests.generate.strategies import valid_tuples as tuples_one_by_one
-from tile.reference import evaluate, evaluate_function, valid_tuples
+from tile.reference import evaluate, evaluate_function, valid_tuples, work
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -501,3 +501,10 @@ def test_conformance_case(path: Path) -> None:
 
 def test_all_conformance_cases_are_found() -> None:
     assert len(CASES) >= 270
+
+
+def test_work_counts_tuples_and_elements() -> None:
+    bound = tile.Function(
+        "function (A[M, K], B[K, N]) -> (C, D) { C[m, n: M, N] = +(A[m, k] * B[k, n]); D = C; }"
+    ).bind(A=np.zeros((6, 5), F32), B=np.zeros((5, 3), F32))
+    assert work(bound) == 6 * 5 * 3 + 18 + 18
