@@ -133,7 +133,7 @@ def _promote(*dtypes: DType) -> DType:
     return max(dtypes, key=_ORDER.index)
 
 
-def convert(values: np.ndarray, source: DType, target: DType) -> np.ndarray:
+def _convert(values: np.ndarray, source: DType, target: DType) -> np.ndarray:
     """Spec 5.4: represented `values` of type `source` as values of type `target`."""
     if target.is_bool:
         return values != 0  # NaN is true
@@ -151,7 +151,7 @@ def convert(values: np.ndarray, source: DType, target: DType) -> np.ndarray:
 
 
 def _operands(env: _Environment, op: BoundOp, compute: DType) -> list[np.ndarray]:
-    return [convert(env.get(name), env.dtype(name), compute) for name in op.inputs]
+    return [_convert(env.get(name), env.dtype(name), compute) for name in op.inputs]
 
 
 # ---- operations -------------------------------------------------------------------------------
@@ -176,16 +176,16 @@ def _elementwise(env: _Environment, op: BoundOp) -> np.ndarray:
     fn = op.fn
     if fn == "cast":
         (name,) = op.inputs
-        return convert(env.get(name), env.dtype(name), output)
+        return _convert(env.get(name), env.dtype(name), output)
     if fn == "cond":
         condition = env.get(op.inputs[0]) != 0
-        then, other = (convert(env.get(n), env.dtype(n), output) for n in op.inputs[1:])
+        then, other = (_convert(env.get(n), env.dtype(n), output) for n in op.inputs[1:])
         return np.where(condition, then, other)
     args = _operands(env, op, compute)
     if fn.startswith("cmp_"):
         return _COMPARE[fn](*args)
     if fn == "ident":
-        return convert(args[0], compute, output)
+        return _convert(args[0], compute, output)
     if compute.is_float:
         return _float(fn, args)
     return _integer(fn, args, compute).astype(output.numpy)
@@ -444,7 +444,7 @@ def _contraction(
             case agg:
                 _AGGREGATE[agg].at(result, out, combined)
     if contraction.default is not None:
-        default = convert(env.get(contraction.default), env.dtype(contraction.default), output)
+        default = _convert(env.get(contraction.default), env.dtype(contraction.default), output)
         unwritten = default.reshape(-1)
     else:
         unwritten = np.zeros(1, result.dtype)
@@ -472,13 +472,13 @@ def _combine(
         case CombOp.NONE:
             return values[0]
         case CombOp.ADD | CombOp.MUL:
-            x, y = (convert(v, d, output) for v, d in zip(values, dtypes, strict=True))
+            x, y = (_convert(v, d, output) for v, d in zip(values, dtypes, strict=True))
             if output.is_float:
                 return x + y if comb is CombOp.ADD else x * y
             return _integer("add" if comb is CombOp.ADD else "mul", [x, y], output)
     common = _promote(dtypes[0], dtypes[1])
-    x, y = (convert(v, d, common) for v, d in zip(values[:2], dtypes[:2], strict=True))
+    x, y = (_convert(v, d, common) for v, d in zip(values[:2], dtypes[:2], strict=True))
     if comb is CombOp.EQ:
         return x == y
-    chosen = convert(values[2], dtypes[2], output)
+    chosen = _convert(values[2], dtypes[2], output)
     return np.where(x == y, chosen, np.zeros(1, chosen.dtype))
