@@ -30,7 +30,7 @@ import llvmlite.binding as llvm
 
 from hal.errors import BackendCompileError, HalError, UnsupportedOnDevice
 from hal.interfaces import Compiler, Library
-from hal_llvm.grid import GRID_PROTOTYPE, grid_symbol
+from hal_llvm.grid import GRID_PROTOTYPE, grid_symbols
 from hal_llvm.host import HostCpu, initialise_llvm, probe_host
 
 if TYPE_CHECKING:
@@ -71,9 +71,10 @@ class JitModule:
             raise KeyError(f"{symbol!r} is not defined in JIT module {self.name!r}")
         return int(address)
 
-    def grid_entry(self, body_name: str) -> Callable[[int, int, int], None]:
-        """The ctypes callable of `<body_name>__grid` (params address, begin, end)."""
-        return GRID_PROTOTYPE(self.address(grid_symbol(body_name)))
+    def grid_entry(self, symbol: str) -> Callable[[int, int, int], None]:
+        """The ctypes callable of the grid entry point `symbol` (params address, begin, end;
+        `hal_llvm.grid.grid_symbol` names them)."""
+        return GRID_PROTOTYPE(self.address(symbol))
 
     def source_of(self, names: Iterable[str]) -> str:
         """The optimised IR of those of `names` that survived optimisation."""
@@ -140,21 +141,21 @@ class LLVMLibrary(Library):
     def __init__(self, kernel_list: KernelList, jit: JitModule | None) -> None:
         self.kernel_list = kernel_list
         self.jit = jit
+        self.symbols = grid_symbols(kernel_list.kernels)
 
     def source(self, index: int) -> str:
         info = self.kernel_list.kernels[index]
         if info.body is None:
             return f"; {info.name}: {info.kind.value} kernel, run as a memset/memmove call"
         assert self.jit is not None  # built whenever a kernel has a body
-        name = info.body.name
-        return self.jit.source_of((name, grid_symbol(name)))
+        return self.jit.source_of((info.body.name, self.symbols[index][0]))
 
     def grid_entry(self, index: int) -> Callable[[int, int, int], None]:
         """The native entry point of kernel `index` (which must have a body)."""
         info = self.kernel_list.kernels[index]
         if info.body is None or self.jit is None:
             raise HalError(f"kernel {info.name!r} has no body and therefore no entry point")
-        return self.jit.grid_entry(info.body.name)
+        return self.jit.grid_entry(self.symbols[index][0])
 
 
 def default_renderer() -> Renderer:
@@ -201,9 +202,9 @@ class LLVMCompiler(Compiler):
         module = renderer(kernel_list, settings)
         name = _module_name(kernel_list)
         jit = compile_module(module, name=name, vec_size=settings.vec_size)
-        for info in with_body:
-            assert info.body is not None
-            symbol = grid_symbol(info.body.name)
+        for info, (symbol, _) in zip(
+            with_body, grid_symbols(kernel_list.kernels).values(), strict=True
+        ):
             if symbol not in jit.functions:
                 text = module if isinstance(module, str) else str(module)
                 raise BackendCompileError(

@@ -29,6 +29,8 @@ from llvmlite import ir
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from semtree.kernel import KernelInfo
+
 GRID_SUFFIX = "__grid"
 
 # CFUNCTYPE, not PYFUNCTYPE: ctypes releases the GIL for the duration of the call, which is
@@ -39,9 +41,29 @@ _I64 = ir.IntType(64)
 _BYTE_POINTER = ir.IntType(8).as_pointer()
 
 
-def grid_symbol(body_name: str) -> str:
-    """The exported symbol of the grid entry point for kernel body `body_name`."""
-    return body_name + GRID_SUFFIX
+def grid_symbol(body_name: str, variant: int = 0) -> str:
+    """The exported symbol of the grid entry point for kernel body `body_name`: `K__grid`,
+    then `K__grid1`, `K__grid2`, ... for the same body launched on other grids."""
+    return body_name + GRID_SUFFIX + (str(variant) if variant else "")
+
+
+def grid_symbols(kernels: Sequence[KernelInfo]) -> dict[int, tuple[str, int]]:
+    """For each kernel with a body (by index): the symbol of its grid entry point and that
+    entry's variant number. Kernels that share a body share an entry point when they launch
+    the same grid extents (g2's extent never enters the unravelling); each other grid of the
+    body gets a variant of its own, numbered in launch order."""
+    grids: dict[str, list[tuple[int, int]]] = {}
+    symbols = {}
+    for index, info in enumerate(kernels):
+        if info.body is None:
+            continue
+        seen = grids.setdefault(info.body.name, [])
+        extents = (info.global_size[0], info.global_size[1])
+        if extents not in seen:
+            seen.append(extents)
+        variant = seen.index(extents)
+        symbols[index] = (grid_symbol(info.body.name, variant), variant)
+    return symbols
 
 
 def grid_function_type() -> ir.FunctionType:
@@ -55,11 +77,12 @@ def work_group_function_type(param_types: Sequence[ir.Type]) -> ir.FunctionType:
 
 
 def emit_grid_entry(
-    module: ir.Module, kernel: ir.Function, global_size: tuple[int, int, int]
+    module: ir.Module, kernel: ir.Function, global_size: tuple[int, int, int], variant: int = 0
 ) -> ir.Function:
-    """Add `@<kernel>__grid` to `module`: it loads the buffer addresses once, unravels
-    `begin` into (g0, g1, g2) once, then runs a counted inner loop over g0 that carries
-    into g1 and g2, calling `kernel(p0, ..., g0, g1, g2)` for each work-group.
+    """Add `@<kernel>__grid` (`grid_symbol(kernel, variant)`) to `module`: it loads the
+    buffer addresses once, unravels `begin` into (g0, g1, g2) once, then runs a counted
+    inner loop over g0 that carries into g1 and g2, calling `kernel(p0, ..., g0, g1, g2)`
+    for each work-group.
 
     `kernel` must have the work-group signature (pointer parameters, then three i64 ids).
     The grid extents are constants, so LLVM folds the divisions and can unroll or
@@ -73,7 +96,7 @@ def emit_grid_entry(
     size0, size1 = (ir.Constant(_I64, max(extent, 1)) for extent in global_size[:2])
     zero, one = ir.Constant(_I64, 0), ir.Constant(_I64, 1)
 
-    function = ir.Function(module, grid_function_type(), grid_symbol(kernel.name))
+    function = ir.Function(module, grid_function_type(), grid_symbol(kernel.name, variant))
     params, begin, end = function.args
     params.name, begin.name, end.name = "params", "begin", "end"
     entry = function.append_basic_block("entry")

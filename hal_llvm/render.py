@@ -30,8 +30,7 @@ from typing import TYPE_CHECKING
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from hal.errors import UnsupportedOnDevice
-from hal_llvm.grid import emit_grid_entry, work_group_function_type
+from hal_llvm.grid import emit_grid_entry, grid_symbols, work_group_function_type
 from hal_llvm.render_expr import ExpressionEmitter, Variable
 from hal_llvm.render_math import Declarations
 from hal_llvm.render_types import (
@@ -88,32 +87,31 @@ def render(
     module.triple = llvm.get_process_triple()
     declarations = Declarations(module)
     flush = flush_denormals and module.triple.startswith(("x86_64", "i386", "i686"))
+    symbols = grid_symbols(kernel_list.kernels)
     for infos in _by_body(kernel_list).values():
         body = infos[0].body
         assert body is not None
         function = KernelEmitter(declarations, body, settings, infos).emit()
-        grid = emit_grid_entry(module, function, infos[0].global_size)
-        grid.attributes.add("nounwind")
-        if flush:
-            _flush_denormals(grid, declarations)
+        emitted = set()
+        for info in infos:
+            _, variant = symbols[kernel_list.kernels.index(info)]
+            if variant in emitted:
+                continue
+            emitted.add(variant)
+            grid = emit_grid_entry(module, function, info.global_size, variant)
+            grid.attributes.add("nounwind")
+            if flush:
+                _flush_denormals(grid, declarations)
     return module
 
 
 def _by_body(kernel_list: KernelList) -> dict[str, list[KernelInfo]]:
-    """The kernels of each distinct body, in launch order. One grid wrapper serves them all,
-    so they must agree on the grid extents it unravels ids with."""
+    """The kernels of each distinct body, in launch order: one work-group function serves
+    them all, with one grid entry point per grid they launch (`grid_symbols`)."""
     groups: dict[str, list[KernelInfo]] = {}
     for info in kernel_list.kernels:
-        if info.body is None:
-            continue
-        group = groups.setdefault(info.body.name, [])
-        if group and tuple(group[0].global_size[:2]) != tuple(info.global_size[:2]):
-            raise UnsupportedOnDevice(
-                f"kernels {group[0].name!r} and {info.name!r} share body "
-                f"{info.body.name!r} but launch grids {group[0].global_size} and "
-                f"{info.global_size}; the CPU's grid wrapper needs one grid per body"
-            )
-        group.append(info)
+        if info.body is not None:
+            groups.setdefault(info.body.name, []).append(info)
     return groups
 
 

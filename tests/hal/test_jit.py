@@ -50,7 +50,7 @@ def id_recorder():
 def test_grid_entry_runs_exactly_its_range(id_recorder, begin: int, end: int) -> None:
     out = np.full(GROUPS, -1, np.int64)
     slots = np.array([out.ctypes.data], np.uint64)  # the params array: one buffer address
-    id_recorder.grid_entry("ids")(slots.ctypes.data, begin, end)
+    id_recorder.grid_entry(grid_symbol("ids"))(slots.ctypes.data, begin, end)
     expected = np.full(GROUPS, -1, np.int64)
     expected[begin:end] = _expected_codes()[begin:end]
     np.testing.assert_array_equal(out, expected)

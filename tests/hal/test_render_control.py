@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from llvmlite import ir
 
-from hal.errors import UnsupportedOnDevice
+from hal_llvm.grid import grid_symbols
 from hal_llvm.render import KernelEmitter, render
 from hal_llvm.render_math import Declarations
 from semtree import builder as sb
@@ -402,13 +402,27 @@ def test_empty_kernel_list_renders_an_empty_module() -> None:
     assert not [function for function in module.functions if not function.is_declaration]
 
 
-def test_refusals() -> None:
-    """A body shared by launches with different grids, and non-pointer parameters."""
+def test_a_body_shared_by_launches_on_different_grids_gets_an_entry_per_grid() -> None:
+    """One work-group function, one grid entry point per distinct grid (the fuzzer found a
+    matmul body shared by a 2 x 17 and a 1 x 17 product refused)."""
     body = _copy_body()
-    shapes = {name: TensorShape(F32, (4,)) for name in ("x", "y", "z")}
-    kernels = (_info("a", body, _params("y", "x")), _info("b", body, _params("z", "y"), (2, 2, 1)))
-    with pytest.raises(UnsupportedOnDevice, match="share body"):
-        render(KernelList(kernels, shapes, ("x",), ("z",), ("y",)), cpu_settings())
+    shapes = {name: TensorShape(F32, (4,)) for name in ("x", "y", "z", "w")}
+    kernels = (
+        _info("a", body, _params("y", "x")),
+        _info("b", body, _params("z", "y"), (2, 2, 1)),
+        _info("c", body, _params("w", "z")),
+    )
+    module = render(KernelList(kernels, shapes, ("x",), ("w",), ("y", "z")), cpu_settings())
+    defined = {f.name for f in module.functions if not f.is_declaration}
+    assert {"copy4__grid", "copy4__grid1"} <= defined
+    assert "copy4__grid2" not in defined  # c launches a's grid: it shares a's entry point
+    assert grid_symbols(kernels) == {0: ("copy4__grid", 0), 1: ("copy4__grid1", 1),
+                                     2: ("copy4__grid", 0)}
+
+
+def test_refusals() -> None:
+    """Non-pointer parameters."""
+    body = _copy_body()
     scalar = dataclasses.replace(body, params=(*body.params, Param("n", Type.value(I32))))
     with pytest.raises(UnsupportedNode, match="buffer pointers"):
         KernelEmitter(Declarations(ir.Module()), scalar, cpu_settings(), [])
