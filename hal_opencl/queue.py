@@ -18,15 +18,29 @@ An `OpenCLEvent` therefore completes in two stages: *staged* (enqueued, or skipp
 error) and *complete* (the device finished the command). Memory objects used by enqueued
 commands are retained by OpenCL itself until the commands finish, so Python may drop buffers
 right after submitting; a deferred command's closure holds them until it is enqueued.
+
+Exit (issue 10): the submitter and the watcher are daemon threads, and the watcher spends its
+time blocked in the driver (`cl.Event.wait`, with the GIL released). A daemon thread that wakes
+from such a call after interpreter finalization began is ended by CPython with `pthread_exit`,
+whose unwinding through pyopencl's C++ frames aborts the process ("terminate called without
+an active exception"; CPython gh-87135, pybind11 #2215). So every queue is closed by an
+`atexit` hook: it runs once the non-daemon threads are joined (unlike
+`threading._register_atexit` hooks, which run while they may still submit work) and before
+finalization; `close()` lets queued work finish, finishes the device queue and joins both
+threads. Work that arrives at a closed queue from elsewhere (a deferred command whose
+dependency completes later, a completion action) runs on the thread that brings it, so
+closing in any order leaves no command unqueued and no action undone.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
 import threading
 import time
+import weakref
 from queue import SimpleQueue
 from typing import TYPE_CHECKING
 
@@ -177,6 +191,7 @@ class DeviceQueue:
         self._watched: SimpleQueue[tuple[cl.Event, Callable[[], None]] | None] = SimpleQueue()
         self._watcher: threading.Thread | None = None
         self._closed = False
+        _live_queues.add(self)
 
     # ---- submission -----------------------------------------------------------------------
 
@@ -250,22 +265,22 @@ class DeviceQueue:
 
     def _post(self, job: Callable[[], None]) -> None:
         with self._lock:
-            if self._submitter is None:
-                self._submitter = threading.Thread(
-                    target=self._serve, name=f"{self.name} submitter", daemon=True
-                )
-                self._submitter.start()
-            self._jobs.put(job)
+            if not self._closed:
+                if self._submitter is None:
+                    self._submitter = threading.Thread(
+                        target=self._serve, name=f"{self.name} submitter", daemon=True
+                    )
+                    self._submitter.start()
+                self._jobs.put(job)
+                return
+        _run_job(job, self.name)  # closed: on this thread (module docstring)
 
     def _serve(self) -> None:
         while True:
             job = self._jobs.get()
             if job is None:
                 return
-            try:
-                job()
-            except Exception:
-                _log.exception("deferred command on %s failed", self.name)
+            _run_job(job, self.name)
             del job
 
     # ---- completion ----------------------------------------------------------------------
@@ -276,28 +291,34 @@ class DeviceQueue:
         Not `Event.set_callback`: with PoCL, a process that ever registered a completion
         callback aborts at exit ("terminate called without an active exception"). One
         watcher per queue waits on the events in the order they were enqueued, which on an
-        in-order queue is the order they complete."""
+        in-order queue is the order they complete. Once the queue is closed, `action` runs
+        on this thread after waiting (module docstring)."""
         with self._lock:
-            if self._watcher is None:
-                self._watcher = threading.Thread(
-                    target=self._watch, name=f"{self.name} watcher", daemon=True
-                )
-                self._watcher.start()
-            self._watched.put((cl_event, action))
+            if not self._closed:
+                if self._watcher is None:
+                    self._watcher = threading.Thread(
+                        target=self._watch, name=f"{self.name} watcher", daemon=True
+                    )
+                    self._watcher.start()
+                self._watched.put((cl_event, action))
+                return
+        self._complete(cl_event, action)
 
     def _watch(self) -> None:
         while True:
             item = self._watched.get()
             if item is None:
                 return
-            cl_event, action = item
-            with contextlib.suppress(cl.Error):
-                cl_event.wait()
-            try:
-                action()
-            except Exception:
-                _log.exception("completion action on %s failed", self.name)
-            del item, cl_event, action
+            self._complete(*item)
+            del item
+
+    def _complete(self, cl_event: cl.Event, action: Callable[[], None]) -> None:
+        with contextlib.suppress(cl.Error):
+            cl_event.wait()
+        try:
+            action()
+        except Exception:
+            _log.exception("completion action on %s failed", self.name)
 
     def flush(self) -> None:
         self.queue.flush()
@@ -306,19 +327,34 @@ class DeviceQueue:
         self.queue.finish()
 
     def close(self) -> None:
-        """Let queued work finish, then stop the submitter thread; later submissions raise."""
+        """Let queued work finish, finish the device queue and stop both threads (waiting
+        for them: nothing of this queue is left in the driver); later submissions raise."""
         with self._lock:
             if self._closed:
                 return
-            self._closed = True
-            submitter = self._submitter
-            watcher = self._watcher
-        if submitter is not None:
-            self._jobs.put(None)
-            if submitter is not threading.current_thread():
-                submitter.join(10.0)
+            self._closed = True  # from here on, _post and when_complete put nothing
+            submitter, watcher = self._submitter, self._watcher
+        self._jobs.put(None)
+        self._watched.put(None)
+        current = threading.current_thread()
+        if submitter is not None and submitter is not current:
+            submitter.join()  # its jobs only enqueue, or wait for finite work
         self.queue.finish()
-        if watcher is not None:
-            self._watched.put(None)
-            if watcher is not threading.current_thread():
-                watcher.join(10.0)
+        if watcher is not None and watcher is not current:
+            watcher.join()  # every command it waits for is now complete
+
+
+def _run_job(job: Callable[[], None], name: str) -> None:
+    try:
+        job()
+    except Exception:
+        _log.exception("deferred command on %s failed", name)
+
+
+_live_queues: weakref.WeakSet[DeviceQueue] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all_at_exit() -> None:
+    for queue in list(_live_queues):
+        queue.close()
