@@ -24,6 +24,7 @@ HAL failures reach the caller as `tile.ExecutionError` (run time) or `BackendCom
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import threading
 import time
@@ -151,44 +152,83 @@ class BufferState:
 # ---- host jobs ------------------------------------------------------------------------------
 
 
+class HostJob:
+    """One host job: `action`, run once `deps` complete, and the event it completes."""
+
+    __slots__ = ("action", "deps", "event")
+
+    def __init__(self, action: Callable[[], None], deps: Sequence[Event], label: str) -> None:
+        self.action: Callable[[], None] | None = action
+        self.deps = tuple(deps)
+        self.event = SettableEvent(label)
+
+    def run(self) -> None:
+        event = self.event
+        failure: BaseException | None = dependency_failure(self.deps, event.label)
+        if failure is None and self.action is not None:
+            try:
+                self.action()
+            except BaseException as error:
+                failure = HalExecutionError(f"{event.label} failed: {error!r}")
+                failure.__cause__ = error
+        self.action, self.deps = None, ()  # release buffers before completing
+        if failure is None:
+            event.set_result()
+        else:
+            event.set_exception(failure)
+
+
 class HostQueue:
     """Host-side work ordered by events (dtype conversion of outputs): one daemon thread per
-    device, started on first use; each job waits for its dependencies first."""
+    device, started on first use; each job waits for its dependencies first.
+
+    Its jobs wait in the driver (for an OpenCL event, a blocking map), where a daemon thread
+    must not be when the interpreter finalizes (hal_opencl.queue, issue 10): the thread's
+    start registers `close` with `atexit`, after the device's backend registered its own
+    hooks, so the host jobs finish and the thread is joined before the devices close."""
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self._jobs: SimpleQueue[tuple[Callable[[], None], tuple[Event, ...], SettableEvent]] = (
-            SimpleQueue()
-        )
+        self._jobs: SimpleQueue[HostJob | None] = SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._closed = False
 
     def submit(self, action: Callable[[], None], deps: Sequence[Event], label: str) -> Event:
-        event = SettableEvent(label)
+        """Queue `action` to run once `deps` complete; never blocks, except on a closed queue,
+        where it runs at once on this thread."""
+        job = HostJob(action, deps, label)
         with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._serve, name=f"{self.name} host jobs", daemon=True
-                )
-                self._thread.start()
-        self._jobs.put((action, tuple(deps), event))
-        return event
+            if not self._closed:
+                if self._thread is None:
+                    self._thread = threading.Thread(
+                        target=self._serve, name=f"{self.name} host jobs", daemon=True
+                    )
+                    self._thread.start()
+                    atexit.register(self.close)
+                self._jobs.put(job)
+                return job.event
+        job.run()
+        return job.event
 
     def _serve(self) -> None:
         while True:
-            action, deps, event = self._jobs.get()
-            failure: BaseException | None = dependency_failure(deps, event.label)
-            if failure is None:
-                try:
-                    action()
-                except BaseException as error:
-                    failure = HalExecutionError(f"{event.label} failed: {error!r}")
-                    failure.__cause__ = error
-            del action, deps
-            if failure is None:
-                event.set_result()
-            else:
-                event.set_exception(failure)
+            job = self._jobs.get()
+            if job is None:
+                return
+            job.run()
+            del job
+
+    def close(self) -> None:
+        """Let the queued jobs finish and stop the thread; later jobs run on the submitter."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            thread = self._thread
+        self._jobs.put(None)
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
 
 
 # ---- one device -----------------------------------------------------------------------------
