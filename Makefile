@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint setup clean conformance-gpu
+.PHONY: demo test lint setup clean conformance-gpu stress fuzz
 
 setup: $(STAMP)
 
@@ -44,5 +44,21 @@ conformance-gpu: $(STAMP)
 	TILE_FORCE_GPU_SETTINGS=1 $(PY) $(CONFORMANCE) $(SHARED)/conformance/cases --device opencl.0
 	TILE_FORCE_GPU_SETTINGS=1 $(PY) $(CONFORMANCE) $(SHARED)/spec/cases --device opencl.0
 
+# Many short processes per device that exit in every state (calls running, results just read,
+# threads done): none may exit abnormally (tests/stress.py; `make test` runs a short form).
+STRESS_PROCESSES ?= 500
+
+stress: $(STAMP)
+	$(PY) -m tests.stress --processes $(STRESS_PROCESSES)
+
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+
+# The differential fuzzer's long pass: FUZZ_CASES random programs per target (llvm_cpu.0,
+# opencl.0, opencl.0 with the GPU settings forced) against tile.reference; a failure prints
+# its one-line reproducer. `make test` runs a quick pass (tests/fuzz/test_fuzz.py).
+FUZZ_CASES ?= 10000
+FUZZ_SEED ?= 20261125
+
+fuzz: $(STAMP)
+	$(PY) -m tests.fuzz --cases $(FUZZ_CASES) --seed $(FUZZ_SEED)
