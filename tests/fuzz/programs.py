@@ -624,6 +624,53 @@ def dag_family(d: Draw) -> tuple[str, dict[str, np.ndarray]]:
     return source + "\n  ".join(lines) + "\n}", inputs
 
 
+def typed_family(d: Draw) -> tuple[str, dict[str, np.ndarray]]:
+    """Mixed element types: contractions of operands of different types (promotion, 8-bit
+    wrap-around), conversions and boolean results, 0-D tensors and scalar inputs as
+    contraction operands, transposed convolutions."""
+    kinds = ("float32", "float16", "float64", "int32", "int8", "uint8")
+    which = d.pick(("product", "convert", "scalar", "transposed"))
+    n, m = d.size(65), d.size(65)
+    if which == "product":
+        first, second = d.pick(kinds), d.pick(kinds)
+        a, b = d.values([n, m], first, "unit"), d.values([m], second, "unit")
+        agg = d.pick(("+", ">", "<", "*"))
+        if agg == "*":
+            a, b = a[:, :4].copy(), b[:4].copy()
+        source = f"function (A[N, M], B[M2]) -> (O) {{\n  O[i: N] = {agg}(A[i, j] * B[j]);\n}}"
+        return source, {"A": a, "B": b}
+    if which == "convert":
+        source_type = d.pick(kinds)
+        x = d.values([n, m], source_type, "spread" if source_type.startswith("float") else "x")
+        y = d.values([m], source_type, "spread" if source_type.startswith("float") else "x")
+        conversion = d.pick(("as_int(X, 32)", "as_int(X, 8)", "as_uint(X, 8)", "as_float(X, 16)",
+                             "as_float(X, 64)", "as_bool(X)", "as_int(X, 16)"))
+        if source_type.startswith("float") and "as_float" not in conversion:
+            # Exact integral floats in range of every target (out of range is
+            # implementation-defined, spec 5.4).
+            conversion = conversion.replace("X", "floor(abs(X) * 10)")
+        body = f"""C = {conversion};
+  B = X < Y;
+  O = B ? C : 0;
+  P = as_bool(X) == B;"""
+        return f"function (X[N, M], Y[M2]) -> (O, B, P) {{\n  {body}\n}}", {"X": x, "Y": y}
+    if which == "scalar":
+        x = d.values([n], d.pick(kinds[:3]))
+        s = np.array(d.pick((2, -3, 0.5)), np.float32 if d.chance(0.5) else np.int32)
+        body = """Z[] = +(X[i]);
+  O[i: N] = +(X[i] * S[]);
+  P[i: N] = >(X[i] * Z[]);
+  Q = O + Z;"""
+        return f"function (X[N], S) -> (O, P, Q) {{\n  {body}\n}}", {"X": x, "S": s}
+    k = d.pick((1, 2, 3, 4))
+    stride = d.pick((1, 2, 3))
+    x, f = d.values([n], "float32"), d.values([k], "float32")
+    size = stride * (n - 1) + k
+    source = (f"function (I[N], K[KX]) -> (O) {{\n  O[{stride} * x + k: {size}] = "
+              f"+(I[x] * K[k]);\n}}")
+    return source, {"I": x, "K": f}
+
+
 FAMILIES: dict[str, Callable[[Draw], tuple[str, dict[str, np.ndarray]]]] = {
     "reduce": reduce_family,
     "matmul": matmul_family,
@@ -635,6 +682,7 @@ FAMILIES: dict[str, Callable[[Draw], tuple[str, dict[str, np.ndarray]]]] = {
     "special": special_family,
     "split": split_family,
     "dag": dag_family,
+    "typed": typed_family,
 }
 # How often each family is drawn.
 WEIGHTS = {
@@ -648,6 +696,7 @@ WEIGHTS = {
     "special": 1,
     "split": 0.3,
     "dag": 4,
+    "typed": 2,
 }
 
 
