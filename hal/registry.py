@@ -6,7 +6,7 @@ for devices; the registry imports a backend package only when asked (`importlib`
 with its reason and never stops the others, so a broken OpenCL installation cannot break
 `llvm_cpu.0`. Drivers and failures are cached for the life of the process under one lock.
 
-`TILE_DISABLE_OPENCL=1` skips the OpenCL backend without importing it.
+`TILE_DISABLE_OPENCL=1` (or `true`, `yes`, `on`) skips the OpenCL backend without importing it.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from hal.environment import flag
 from hal.errors import DeviceUnavailableError, UnknownBackendError
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 # Registry name -> backend package. Insertion order is enumeration order: llvm_cpu.0 first.
 _BACKENDS: dict[str, str] = {"llvm": "hal_llvm", "opencl": "hal_opencl"}
 
-# Backends that an environment variable set to "1" switches off.
+# Backends that an environment switch (hal.environment.flag: 1, true, yes, on) turns off.
 _DISABLE_VARIABLES: dict[str, str] = {"opencl": "TILE_DISABLE_OPENCL"}
 
 _lock = threading.RLock()
@@ -75,8 +76,8 @@ def get_driver(name: str) -> Driver:
 
 def _load(name: str, module_name: str) -> Driver:
     variable = _DISABLE_VARIABLES.get(name)
-    if variable is not None and os.environ.get(variable) == "1":
-        raise DeviceUnavailableError(name, f"disabled by {variable}=1")
+    if variable is not None and flag(variable):
+        raise DeviceUnavailableError(name, f"disabled by {variable}={os.environ[variable]}")
     try:
         module = importlib.import_module(module_name)
     except Exception as error:

@@ -28,7 +28,6 @@ device fails that way, the error says so and carries `unsupported_host=True`.
 from __future__ import annotations
 
 import importlib
-import os
 import threading
 import warnings
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from typing import TYPE_CHECKING
 
 import pyopencl as cl
 
+from hal.environment import flag
 from hal.errors import DeviceUnavailableError
 from hal.interfaces import Device, DeviceKind, DeviceSet, Driver
 from hal_opencl.executor import OpenCLExecutor
@@ -134,7 +134,7 @@ def hardware_settings(capabilities: Capabilities) -> HardwareSettings:
     the GPU preset for everything else, or for every device under TILE_FORCE_GPU_SETTINGS."""
     # Imported here: listing devices must not import the kernel IR (or the renderer).
     settings_class = importlib.import_module("semtree.kernel").HardwareSettings
-    forced = os.environ.get(FORCE_GPU_SETTINGS, "").strip() not in ("", "0")
+    forced = flag(FORCE_GPU_SETTINGS)
     if capabilities.kind is DeviceKind.CPU and not forced:
         return settings_class.opencl_cpu(
             max_work_group_size=capabilities.max_work_group_size,

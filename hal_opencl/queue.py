@@ -37,7 +37,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
-import os
 import threading
 import time
 import weakref
@@ -46,6 +45,7 @@ from typing import TYPE_CHECKING
 
 import pyopencl as cl
 
+from hal.environment import flag
 from hal.errors import ExecutionError, HalError
 from hal.events import SettableEvent, dependency_failure
 from hal.interfaces import Event
@@ -60,7 +60,7 @@ _POLL_SECONDS = (0.0002, 0.02)  # first and longest sleep while polling with a t
 
 def profiling_requested() -> bool:
     """`TILE_PROFILE=1`: queues record start and end times, so events report durations."""
-    return os.environ.get("TILE_PROFILE", "").strip() == "1"
+    return flag("TILE_PROFILE")
 
 
 def _run_callback(event: Event, callback: Callable[[Event], None]) -> None:

@@ -9,11 +9,11 @@ whose outputs are tensors (tile.api). A cached call costs a key look-up and the 
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from hal.environment import flag
 from semtree.types import DType, TensorShape
 from tile import debug
 from tile.api import Device, DeviceLike, InputValue, Tensor, device, resolve
@@ -188,7 +188,7 @@ class Invoker:
             states[plan.name] = (tensor._state, tensor.dtype)
         inputs = {name: tensor._state for name, tensor in tensors.items()}
         timed = debug.enabled(debug.TIMES)  # per-kernel times need profiling events
-        profile = timed or os.environ.get("TILE_PROFILE") == "1"
+        profile = timed or flag("TILE_PROFILE")
         record = execute(device.runtime, program, inputs, states, profile=profile)
         if timed:
             debug.watch_launches(device.id, program.kernel_list, record.launches)

@@ -1,0 +1,65 @@
+"""On/off environment switches (`hal.environment.flag`): one spelling rule for every variable."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tile
+from hal import registry
+from hal.environment import flag
+from hal.errors import DeviceUnavailableError
+
+NEGATE = "function (A[N]) -> (B) { B = -A; }"
+ON = ["1", "true", "TRUE", "True", "yes", "YES", "on", "On", " 1 ", "yes\n"]
+OFF = ["", "0", "false", "FALSE", "no", "No", "off", "OFF", " 0 ", "  "]
+
+
+@pytest.mark.parametrize("value", ON)
+def test_on_spellings(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TILE_TEST_SWITCH", value)
+    assert flag("TILE_TEST_SWITCH")
+
+
+@pytest.mark.parametrize("value", OFF)
+def test_off_spellings(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TILE_TEST_SWITCH", value)
+    assert not flag("TILE_TEST_SWITCH")
+
+
+def test_unset_is_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TILE_TEST_SWITCH", raising=False)
+    assert not flag("TILE_TEST_SWITCH")
+
+
+@pytest.mark.parametrize("value", ["1", "yes", "true", "On"])
+def test_every_on_spelling_disables_opencl(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(registry, "_drivers", {})
+    monkeypatch.setattr(registry, "_failures", {})
+    monkeypatch.setenv("TILE_DISABLE_OPENCL", value)
+    with pytest.raises(DeviceUnavailableError, match=f"disabled by TILE_DISABLE_OPENCL={value}"):
+        registry.get_driver("opencl")
+    devices, failures = registry.enumerate()
+    assert [device.id for device in devices] == ["llvm_cpu.0"]
+    assert [failure.backend for failure in failures] == ["opencl"]
+
+
+def test_off_spellings_leave_opencl_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    # With the switch off the registry loads the backend as usual (the process's own driver,
+    # or the reason it is unavailable here, which is never the variable).
+    monkeypatch.setenv("TILE_DISABLE_OPENCL", "no")
+    try:
+        registry.get_driver("opencl")
+    except DeviceUnavailableError as error:
+        assert "TILE_DISABLE_OPENCL" not in error.reason
+
+
+@pytest.mark.parametrize("value", ["true", "yes", "on"])
+def test_profile_switch(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Kernel times on llvm_cpu.0 are recorded only when the invocation asks for profiling.
+    monkeypatch.setenv("TILE_PROFILE", value)
+    run = tile.Invoker(NEGATE, {"A": np.ones(4, np.float32)}, device="llvm_cpu.0").invoke()
+    assert all(duration is not None for _, duration in run.profile())
+    monkeypatch.setenv("TILE_PROFILE", "off")
+    run = tile.Invoker(NEGATE, {"A": np.ones(4, np.float32)}, device="llvm_cpu.0").invoke()
+    assert all(duration is None for _, duration in run.profile())
