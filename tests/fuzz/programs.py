@@ -346,6 +346,10 @@ INT_BINARY = (
     "{0} | {1}",
     "{0} ^ {1}",
     "{0} >> ({1} & 7)",
+    "{0} << {1}",
+    "{0} >> {1}",
+    "({0} < {1} ? {0} : {1} * 2)",
+    "({0} == {1} ? {1} : 5)",
 )
 
 
@@ -363,7 +367,9 @@ def elementwise_family(d: Draw) -> tuple[str, dict[str, np.ndarray]]:
         shape = list(base[d.random.randrange(base_rank) if d.chance(0.4) else 0 :])
         shape = [1 if d.chance(0.2) else s for s in shape] or [1]
         if integer:
-            dtype = d.pick(("int32", "int32", "uint8", "int8"))
+            dtype = d.pick(
+                ("int32", "int32", "uint8", "int8", "int16", "uint16", "int64", "uint32", "uint64")
+            )
         else:
             dtype = d.pick(("float32", "float32", "float64", "float16", "int32"))
         # Integers among floats stay small: a float32 sin or cos of a large argument is
@@ -513,7 +519,28 @@ def chain_family(d: Draw) -> tuple[str, dict[str, np.ndarray]]:
 
 def special_family(d: Draw) -> tuple[str, dict[str, np.ndarray]]:
     dtype = d.pick((*FLOATS, "int32"))
-    which = d.pick(("reshape", "index", "gather", "scatter"))
+    which = d.pick(("reshape", "index", "gather", "scatter", "prng", "simple_reduce", "shape"))
+    if which == "prng":
+        state = d.numpy.integers(128, 2**32, [3, 2048], dtype=np.uint64).astype(np.uint32)
+        shape = d.sizes(d.pick((1, 2)), 5000)
+        sizes = ", ".join(str(s) for s in shape)
+        body = f"""R = prng_step(S, {sizes});
+  V = prng_value(R);
+  N = prng_state(R);"""
+        return f"function (S[A, B]) -> (V, N) {{\n  {body}\n}}", {"S": state}
+    if which == "simple_reduce":
+        a, b, c = d.size(9), d.size(17), d.size(33)
+        x = d.values([a, b, c], dtype, "positive")
+        target = d.pick(((1, c), (c,), (b, 1), (b, c), (1, 1)))
+        sizes = ", ".join(str(s) for s in target)
+        return f"function (X[A, B, C]) -> (O) {{\n  O = simple_reduce(X, {sizes});\n}}", {"X": x}
+    if which == "shape":
+        x = d.values(d.sizes(3, 4000), dtype)
+        body = """Sh = shape(X);
+  M = mod(X0 + 7, 3) + broadcast(X1, 1);
+  O[i: 3] = +(Sh[i]);
+  P = X * M;"""
+        return f"function (X[X0, X1, X2]) -> (O, P) {{\n  {body}\n}}", {"X": x}
     if which == "reshape":
         a, b = d.size(33), d.size(33)
         x = d.values([a * b], dtype)
@@ -643,8 +670,17 @@ def typed_family(d: Draw) -> tuple[str, dict[str, np.ndarray]]:
         source_type = d.pick(kinds)
         x = d.values([n, m], source_type, "spread" if source_type.startswith("float") else "x")
         y = d.values([m], source_type, "spread" if source_type.startswith("float") else "x")
-        conversion = d.pick(("as_int(X, 32)", "as_int(X, 8)", "as_uint(X, 8)", "as_float(X, 16)",
-                             "as_float(X, 64)", "as_bool(X)", "as_int(X, 16)"))
+        conversion = d.pick(
+            (
+                "as_int(X, 32)",
+                "as_int(X, 8)",
+                "as_uint(X, 8)",
+                "as_float(X, 16)",
+                "as_float(X, 64)",
+                "as_bool(X)",
+                "as_int(X, 16)",
+            )
+        )
         if source_type.startswith("float") and "as_float" not in conversion:
             # Exact integral floats in range of every target (out of range is
             # implementation-defined, spec 5.4).
@@ -666,8 +702,9 @@ def typed_family(d: Draw) -> tuple[str, dict[str, np.ndarray]]:
     stride = d.pick((1, 2, 3))
     x, f = d.values([n], "float32"), d.values([k], "float32")
     size = stride * (n - 1) + k
-    source = (f"function (I[N], K[KX]) -> (O) {{\n  O[{stride} * x + k: {size}] = "
-              f"+(I[x] * K[k]);\n}}")
+    source = (
+        f"function (I[N], K[KX]) -> (O) {{\n  O[{stride} * x + k: {size}] = +(I[x] * K[k]);\n}}"
+    )
     return source, {"I": x, "K": f}
 
 
