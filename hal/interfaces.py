@@ -69,6 +69,15 @@ class Event(ABC):
         unspecified thread. Used by the runtime to drop buffer references."""
 
 
+def read_only_view(array: np.ndarray) -> np.ndarray:
+    """A view of `array` that cannot be made writeable: its base is a read-only memoryview,
+    so `view.flags.writeable = True` raises ValueError, for it and every view derived from
+    it. (A view whose flag was merely cleared can be switched back.)"""
+    import numpy as np  # at run time only: importing the HAL needs no numpy
+
+    return np.asarray(memoryview(array).toreadonly())
+
+
 class Buffer(ABC):
     """A fixed-size block of device memory.
 
@@ -83,7 +92,8 @@ class Buffer(ABC):
     def map_current(self, deps: Sequence[Event] = (), *, writable: bool = False) -> np.ndarray:
         """Wait for `deps`, then return a 1-D uint8 array of `size` bytes holding the
         buffer's current contents. Writes through the view reach the device only if
-        `writable` is True, and only after `unmap()`."""
+        `writable` is True, and only after `unmap()`; otherwise the view is read-only for
+        good (`read_only_view`)."""
 
     @abstractmethod
     def map_discard(self, deps: Sequence[Event] = ()) -> np.ndarray:

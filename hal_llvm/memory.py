@@ -18,7 +18,7 @@ import numpy as np
 
 from hal.errors import HalError
 from hal.events import CompletedEvent, wait_all
-from hal.interfaces import Arena, Buffer
+from hal.interfaces import Arena, Buffer, read_only_view
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -60,11 +60,7 @@ class CpuBuffer(Buffer):
 
     def map_current(self, deps: Sequence[Event] = (), *, writable: bool = False) -> np.ndarray:
         self._map(deps)
-        if writable:
-            return self.storage
-        view = self.storage.view()
-        view.flags.writeable = False
-        return view
+        return self.storage if writable else read_only_view(self.storage)
 
     def map_discard(self, deps: Sequence[Event] = ()) -> np.ndarray:
         self._map(deps)

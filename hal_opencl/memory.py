@@ -25,7 +25,7 @@ import pyopencl as cl
 
 from hal.errors import HalError
 from hal.events import CompletedEvent, wait_all
-from hal.interfaces import Arena, Buffer
+from hal.interfaces import Arena, Buffer, read_only_view
 from hal_opencl.queue import OpenCLEvent
 
 if TYPE_CHECKING:
@@ -77,11 +77,7 @@ class OpenCLBuffer(Buffer):
     def map_current(self, deps: Sequence[Event] = (), *, writable: bool = False) -> np.ndarray:
         flags = cl.map_flags.READ | (cl.map_flags.WRITE if writable else 0)
         array = self._map(deps, flags)
-        if writable:
-            return array
-        view = array.view()
-        view.flags.writeable = False
-        return view
+        return array if writable else read_only_view(array)
 
     def map_discard(self, deps: Sequence[Event] = ()) -> np.ndarray:
         invalidate = cl.map_flags.WRITE_INVALIDATE_REGION if self._invalidate else 0

@@ -39,6 +39,7 @@ from hal.errors import BackendCompileError as HalCompileError
 from hal.errors import DependencyFailed, HalError, UnsupportedOnDevice
 from hal.errors import ExecutionError as HalExecutionError
 from hal.events import SettableEvent, dependency_failure, wait_all
+from hal.interfaces import read_only_view
 from tile import debug
 from tile.cache import PROGRAM_CACHE_SIZE, LRUCache
 from tile.errors import BackendCompileError, ExecutionError, TileUnsupported
@@ -297,9 +298,7 @@ class DeviceRuntime:
             if isinstance(error, Exception):
                 raise execution_error(error, "mapping a tensor") from error
             raise
-        view = raw[: state.nbytes]
-        if not write:
-            view.flags.writeable = False
+        view = raw[: state.nbytes] if write else read_only_view(raw[: state.nbytes])
         try:
             yield view
         finally:

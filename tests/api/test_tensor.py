@@ -67,6 +67,30 @@ def test_mmap_current_is_read_only_unless_writable(cpu: tile.Device) -> None:
     np.testing.assert_array_equal(tensor.to_numpy(), [[0, 1, 2], [-1, -1, -1]])
 
 
+@pytest.mark.parametrize("where", ["cpu", "fake"])
+def test_a_read_only_view_cannot_be_made_writeable(
+    where: str, request: pytest.FixtureRequest
+) -> None:
+    # Clearing the flag on a view of writable memory can be undone; a write through such a
+    # view would reach the tensor unordered (issue 10). Neither the view nor any view of it
+    # can be switched back.
+    device = request.getfixturevalue(where)
+    tensor = tile.Tensor.from_numpy(np.arange(6, dtype=np.int32).reshape(2, 3), device)
+    with tensor.mmap_current() as view:
+        for derived in (view, view[1:], view.reshape(-1), view.view(np.uint8), view.T):
+            with pytest.raises(ValueError, match="WRITEABLE"):
+                derived.flags.writeable = True
+    np.testing.assert_array_equal(tensor.to_numpy(), np.arange(6).reshape(2, 3))
+
+
+def test_hal_read_maps_cannot_be_made_writeable(cpu: tile.Device) -> None:
+    buffer = cpu.runtime.executor.allocate(8)
+    view = buffer.map_current()
+    with pytest.raises(ValueError, match="WRITEABLE"):
+        view.flags.writeable = True
+    buffer.unmap()
+
+
 def test_mmap_discard_transfers_nothing_in(fake: tile.Device) -> None:
     tensor = tile.Tensor.from_numpy(np.arange(4, dtype=np.int8), fake)
     with tensor.mmap_discard() as view:

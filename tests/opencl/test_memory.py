@@ -19,6 +19,8 @@ def test_maps(device: hal.Device) -> None:
     buffer = upload(device, np.arange(16, dtype=np.uint8))
     view = buffer.map_current()
     assert not view.flags.writeable and view.tolist() == list(range(16))
+    with pytest.raises(ValueError, match="WRITEABLE"):
+        view.flags.writeable = True  # read-only for good, not just flagged (issue 10)
     inner = buffer.map_current(writable=True)  # maps nest
     inner[:4] = 99
     buffer.unmap().wait()
