@@ -119,6 +119,16 @@ def c_identifier(name: str) -> str:
 
 # ---- node classes ---------------------------------------------------------------------------
 
+# How `str(node)` prints: semtree.printer (which imports this module) registers its C-like
+# printer here when it loads, which `import semtree` always does; until then, `repr`.
+_FORMAT: list[Callable[[Node], str]] = []
+
+
+def set_formatter(format_node: Callable[[Node], str]) -> None:
+    """Make `str(node)` call `format_node` (semtree.printer registers itself)."""
+    _FORMAT[:] = [format_node]
+
+
 
 @dataclass(frozen=True, slots=True)
 class Node:
@@ -128,9 +138,7 @@ class Node:
         _normalise(self)
 
     def __str__(self) -> str:
-        from semtree.printer import CPrinter  # the printer imports this module
-
-        return CPrinter().render(self)
+        return _FORMAT[0](self) if _FORMAT else repr(self)
 
 
 @dataclass(frozen=True, slots=True)

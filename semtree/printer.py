@@ -49,6 +49,7 @@ from semtree.nodes import (
     Unary,
     UnsupportedNode,
     While,
+    set_formatter,
 )
 from semtree.types import DType, Region, Type, TypeBase
 from semtree.typing import type_of
@@ -396,3 +397,10 @@ class CPrinter:
                 return text
             return text + "f" if dtype is DType.FLOAT32 else f"({self.dtype_name(dtype)}){text}"
         return _LIMIT_MACROS[dtype][0 if which is Limit.MIN else 1]
+
+
+def _format(node: Node) -> str:
+    return CPrinter().render(node)
+
+
+set_formatter(_format)  # str(node) prints C-like text (semtree.nodes cannot import this module)
