@@ -241,3 +241,8 @@ class Driver(ABC):
         if not devices:
             raise DeviceUnavailableError(self.name, "the driver found no devices")
         return devices[0]
+
+    def select(self, selector: str) -> Device:
+        """The device a backend-specific selector names (`opencl:intel` gives "intel" to the
+        OpenCL driver); raises DeviceUnavailableError, with the reason, when none does."""
+        raise DeviceUnavailableError(self.name, f"{self.id_prefix} has no selector {selector!r}")

@@ -1,12 +1,15 @@
 """OpenCL devices: enumeration, capabilities and settings (ARCHITECTURE 6.1, Appendix C).
 
 Place in the pipeline: the registry calls `hal_opencl.make_driver()`, which lands here. Every
-platform is a device set; devices are numbered across platforms in enumeration order as
-`opencl.0`, `opencl.1`, ... Each device reports its capabilities (half, double, largest
-allocation, local memory, compute units, ...) and the `HardwareSettings` the kernel generator
-targets: CPU devices (PoCL) get the OpenCL CPU preset (one work-item per work-group, operands
-read from global memory, vector strips), GPUs the GPU preset (work-group tiling through local
-memory). A device's context and in-order queue (`queue.DeviceQueue`) are created on first use.
+platform is a device set; devices are numbered across platforms as `opencl.0`, `opencl.1`, ...
+in the order of `platforms.py` (PoCL, Intel, others), never the loader's, so installing a
+driver moves no id; debugging platforms (Oclgrind) are listed only once a selector such as
+`opencl:oclgrind` asks for them (`OpenCLDriver.select`). Each device reports its capabilities
+(half, double, largest allocation, local memory, compute units, ...) and the `HardwareSettings`
+the kernel generator targets: CPU devices (PoCL) get the OpenCL CPU preset (one work-item
+per work-group, operands read from global memory, vector strips), GPUs the GPU preset
+(work-group tiling through local memory). A device's context and in-order queue
+(`queue.DeviceQueue`) are created on first use.
 
 `TILE_FORCE_GPU_SETTINGS=1` in the environment gives every OpenCL device the GPU preset (built
 from its own queries), so PoCL runs the GPU-style kernels (work-groups of many work-items,
@@ -39,6 +42,7 @@ from hal.environment import flag
 from hal.errors import DeviceUnavailableError
 from hal.interfaces import Device, DeviceKind, DeviceSet, Driver
 from hal_opencl.executor import OpenCLExecutor
+from hal_opencl.platforms import HIDDEN, matches, order_platforms, platform_key
 from hal_opencl.queue import DeviceQueue
 
 FORCE_GPU_SETTINGS = "TILE_FORCE_GPU_SETTINGS"
@@ -245,13 +249,28 @@ def compile_problem(cl_device: cl.Device) -> str | None:
 class OpenCLDeviceSet(DeviceSet):
     """The devices of one OpenCL platform."""
 
-    def __init__(self, name: str, devices: Sequence[OpenCLDevice]) -> None:
+    def __init__(self, name: str, devices: Sequence[OpenCLDevice], key: str = "") -> None:
         self.name = name
+        self.key = key or platform_key(name)  # its selector key (hal_opencl.platforms)
         self.devices = tuple(devices)
 
 
+@dataclass(slots=True)
+class _Platform:
+    """One platform as the driver found it; a hidden one is probed when first selected."""
+
+    key: str
+    name: str
+    cl_devices: list[cl.Device]
+    first: int  # the index of its first device
+    hidden: bool
+    devices: tuple[OpenCLDevice, ...] | None = None  # None until probed
+    problems: tuple[str, ...] = ()
+
+
 class OpenCLDriver(Driver):
-    """The OpenCL backend: one device set per platform that has devices."""
+    """The OpenCL backend: one device set per platform that has devices, in the order of
+    `hal_opencl.platforms` (PoCL, Intel, others; debugging platforms only when selected)."""
 
     name = "opencl"
     id_prefix = "opencl"
@@ -263,26 +282,28 @@ class OpenCLDriver(Driver):
             raise DeviceUnavailableError(self.name, f"no OpenCL platform: {error}") from error
         if not platforms:
             raise DeviceUnavailableError(self.name, "no OpenCL platform is installed")
-        sets: list[OpenCLDeviceSet] = []
-        self.skipped: list[str] = []  # platforms that listed no usable device, and why
+        self._profiling = profiling
+        self._lock = threading.Lock()
+        self.skipped: list[str] = []  # platforms and devices that are not usable, and why
+        self._platforms: list[_Platform] = []
+        listed, hidden = order_platforms(platforms, lambda platform: platform.name.strip())
         index = 0
-        for platform in platforms:
+        for platform in [*listed, *hidden]:
+            name = platform.name.strip()
             try:
-                cl_devices = platform.get_devices()
+                cl_devices = list(platform.get_devices())
             except cl.Error as error:
-                self.skipped.append(f"{platform.name}: {error}")
+                self.skipped.append(f"{name}: {error}")
                 continue
-            devices = []
-            for cl_device in cl_devices:
-                problem = compile_problem(cl_device)
-                if problem is not None:
-                    self.skipped.append(f"{cl_device.name.strip()}: {problem}")
-                    continue
-                devices.append(OpenCLDevice(index, cl_device, profiling=profiling))
-                index += 1
-            if devices:
-                sets.append(OpenCLDeviceSet(platform.name.strip(), devices))
-        if not sets:
+            key = platform_key(name)
+            entry = _Platform(key, name, cl_devices, index, hidden=key in HIDDEN)
+            if not entry.hidden:
+                self._probe(entry)
+                assert entry.devices is not None
+                cl_devices = [device.cl_device for device in entry.devices]
+            self._platforms.append(entry)
+            index += len(cl_devices)
+        if not any(entry.devices for entry in self._platforms):
             detail = "; ".join(self.skipped) or "the platforms list no devices"
             unknown_cpu = bool(self.skipped) and all(UNKNOWN_CPU in item for item in self.skipped)
             if unknown_cpu:
@@ -290,10 +311,62 @@ class OpenCLDriver(Driver):
             raise DeviceUnavailableError(
                 self.name, f"no usable OpenCL device: {detail}", unsupported_host=unknown_cpu
             )
-        self._sets = tuple(sets)
+        self._sets = self._device_sets()
+
+    def _probe(self, entry: _Platform) -> tuple[OpenCLDevice, ...]:
+        """The platform's devices whose compiler builds the probe, numbered from its first
+        index; the others are recorded with their problem."""
+        if entry.devices is None:
+            devices, problems = [], []
+            for cl_device in entry.cl_devices:
+                problem = compile_problem(cl_device)
+                if problem is not None:
+                    problems.append(f"{cl_device.name.strip()}: {problem}")
+                    continue
+                index = entry.first + len(devices)
+                devices.append(OpenCLDevice(index, cl_device, profiling=self._profiling))
+            entry.devices, entry.problems = tuple(devices), tuple(problems)
+            self.skipped.extend(problems)
+        return entry.devices
+
+    def _device_sets(self) -> tuple[OpenCLDeviceSet, ...]:
+        return tuple(
+            OpenCLDeviceSet(entry.name, entry.devices, entry.key)
+            for entry in self._platforms
+            if entry.devices
+        )
 
     def device_sets(self) -> Sequence[OpenCLDeviceSet]:
         return self._sets
+
+    def platform_keys(self) -> dict[str, bool]:
+        """Every platform's selector key, and whether it is hidden from the default list."""
+        return {entry.key: entry.hidden for entry in self._platforms}
+
+    def select(self, selector: str) -> OpenCLDevice:
+        """The first usable device of the platform `selector` names (`pocl`, `intel`,
+        `oclgrind`, ...: hal_opencl.platforms); a hidden platform is probed and joins the
+        device sets. Raises DeviceUnavailableError, with `unsupported_host` when the
+        platform's compiler does not know this processor."""
+        keys = [entry.key for entry in self._platforms]
+        problems: list[str] = []
+        for position in matches(selector, keys):
+            entry = self._platforms[position]
+            with self._lock:
+                devices = self._probe(entry)
+                self._sets = self._device_sets()
+            if devices:
+                return devices[0]
+            problems += entry.problems
+        if not problems:
+            raise DeviceUnavailableError(
+                self.name, f"no OpenCL platform {selector!r} here, only {', '.join(keys)}"
+            )
+        raise DeviceUnavailableError(
+            self.name,
+            f"OpenCL platform {selector!r} has no usable device: {'; '.join(problems)}",
+            unsupported_host=all(UNKNOWN_CPU in item for item in problems),
+        )
 
     def close(self) -> None:
         for device in self.devices():

@@ -6,9 +6,11 @@ is a buffer on it with a `BufferState` (tile.runtime). Reading a tensor (`mmap_c
 `to_numpy`) waits for whatever writes it; writing it waits for its readers too.
 
 Device resolution: the `id` argument, else `TILE_DEVICE`, else `llvm_cpu.0`; an id is exact
-(`opencl.1`) or names a backend (`opencl`, `llvm`, `llvm_cpu`: its first device). Device
-objects are singletons per id. Backends are loaded in registry order and only as far as
-needed, so asking for `llvm_cpu.0` never touches OpenCL.
+(`opencl.1`), names a backend (`opencl`, `llvm`, `llvm_cpu`: its first device), or a backend
+and a selector of its own (`opencl:intel`, `opencl:pocl`, `opencl:oclgrind`: the first device
+of that OpenCL platform; `hal_opencl.platforms`). Device objects are singletons per id.
+Backends are loaded in registry order and only as far as needed, so asking for `llvm_cpu.0`
+never touches OpenCL.
 """
 
 from __future__ import annotations
@@ -128,12 +130,15 @@ def device(id: str | None = None) -> Device:
     found = _resolved.get(wanted)
     if found is not None:
         return found
-    found = _find(wanted)
+    reasons: list[str] = []
+    found = _find(wanted, reasons)
     if found is None:
         loaded, failures = registry.enumerate()
         ids = [item.id for item in loaded]
         source = " (from TILE_DEVICE)" if from_environment else ""
-        message = f"no device {wanted!r}{source}; available devices: {', '.join(ids) or 'none'}"
+        message = f"no device {wanted!r}{source}"
+        message += "".join(f": {reason}" for reason in reasons)
+        message += f"; available devices: {', '.join(ids) or 'none'}"
         if failures:
             message += "; unavailable backends: " + "; ".join(str(item) for item in failures)
         raise DeviceNotFound(message, ids)
@@ -142,7 +147,9 @@ def device(id: str | None = None) -> Device:
     return found
 
 
-def _find(wanted: str) -> Device | None:
+def _find(wanted: str, reasons: list[str]) -> Device | None:
+    """The device `wanted` names, or None with the reasons a selector gave appended."""
+    prefix, colon, selector = wanted.partition(":")
     for backend in registry.backend_names():
         try:
             driver = registry.get_driver(backend)
@@ -150,6 +157,12 @@ def _find(wanted: str) -> Device | None:
         except DeviceUnavailableError as error:
             debug.backend_unavailable(backend, error.reason)
             continue
+        if colon and prefix in (backend, driver.id_prefix):
+            try:
+                return device_of(driver.select(selector))
+            except DeviceUnavailableError as error:
+                reasons.append(error.reason)
+                return None
         for item in loaded:
             if item.id == wanted:
                 return device_of(item)
