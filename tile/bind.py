@@ -12,11 +12,21 @@ later statements using it are skipped silently instead of repeating the error.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from semtree.types import DType, TensorShape
+from tile.bind_calls import call_builtin
 from tile.bind_contraction import bind_contraction
+from tile.bind_inputs import bind_inputs
+from tile.bind_values import (
+    BindFailure,
+    Poison,
+    PrngValue,
+    TensorValue,
+    TupleValue,
+    Value,
+)
 from tile.builtins import BUILTINS, lookup
 from tile.errors import DiagnosticSink
 from tile.evaluate import (
@@ -56,45 +66,6 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
 
-class BindFailure(Exception):  # noqa: N818 - control flow, not an error to report
-    """Stops binding the current statement; the diagnostic has been reported already."""
-
-
-@dataclass(frozen=True, slots=True)
-class TensorValue:
-    name: str
-    shape: TensorShape
-    text: str  # how the source wrote it, for messages
-
-    @property
-    def dtype(self) -> DType:
-        return self.shape.dtype
-
-    def describe(self) -> str:
-        return f"'{self.text}' ({self.shape})"
-
-
-@dataclass(frozen=True, slots=True)
-class TupleValue:
-    members: tuple[Value, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class PrngValue:
-    """The opaque result of `prng_step(S, sizes...)` (spec 9.6)."""
-
-    state: str
-    dims: tuple[int, ...]
-    step: int
-
-
-@dataclass(frozen=True, slots=True)
-class Poison:
-    """The value of a statement that failed to bind."""
-
-
-Value = TensorValue | Const | TupleValue | PrngValue | Poison
-
 PRNG_STATE_DIMS = (3, 2048)
 
 
@@ -125,8 +96,6 @@ class Binder:
     # ---- driver -------------------------------------------------------------------------
 
     def run(self, inputs: Mapping[str, object]) -> BoundProgram:
-        from tile.bind_inputs import bind_inputs
-
         bind_inputs(self, inputs)
         self.sink.raise_if_any()
         input_bindings = dict(self.bindings)
@@ -272,8 +241,6 @@ class Binder:
                 raise TypeError(f"unexpected expression node {node!r}")
 
     def call(self, fn: str, arg_nodes: list[Expr], span: Span | None, node: Expr) -> Value:
-        from tile.bind_calls import call_builtin
-
         values = [self.expr(arg) for arg in arg_nodes]
         texts = [source_text(arg) for arg in arg_nodes]
         builtin = lookup(fn)

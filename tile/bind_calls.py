@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from semtree.types import DType, TensorShape, promote
-from tile.bind import BindFailure, Poison, PrngValue, TensorValue, TupleValue
+from tile.bind_values import BindFailure, Poison, PrngValue, TensorValue, TupleValue
 from tile.builtins import Kind
 from tile.evaluate import Const, FoldError, TypeRuleError, fold_mod
 from tile.polynomial import Polynomial
@@ -19,7 +19,8 @@ from tile.syntax import AggOp, CombOp
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from tile.bind import Binder, Value
+    from tile.bind import Binder
+    from tile.bind_values import Value
     from tile.builtins import Builtin
     from tile.syntax import Span
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from semtree.types import DType, TensorShape, promote
+from tile.bind_values import BindFailure, Poison, TensorValue
 from tile.bounds import index_bounds
 from tile.evaluate import Const
 from tile.polynomial import (
@@ -33,15 +34,13 @@ from tile.syntax import (
 )
 
 if TYPE_CHECKING:
-    from tile.bind import Binder, TensorValue
+    from tile.bind import Binder
     from tile.syntax import ContractionStmt, TensorRef
 
 _AGG_WORD = {AggOp.SUM: "sum", AggOp.PROD: "multiply"}
 
 
 def bind_contraction(binder: Binder, stmt: ContractionStmt) -> TensorValue:
-    from tile.bind import BindFailure, Poison, TensorValue
-
     out = stmt.out
     dims = []
     for node in out.sizes or ():
@@ -156,8 +155,6 @@ def bind_contraction(binder: Binder, stmt: ContractionStmt) -> TensorValue:
 
 
 def _operand(binder: Binder, ref: TensorRef) -> TensorValue:
-    from tile.bind import BindFailure, Poison, TensorValue
-
     value = binder.values[ref.name]
     if isinstance(value, Poison):
         raise BindFailure
@@ -266,8 +263,6 @@ class _PolyConverter:
         self.binder = binder
 
     def convert(self, node: PolyExpr) -> Polynomial:
-        from tile.bind import BindFailure, Poison, TensorValue
-
         binder = self.binder
         match node:
             case PIndex(name=name):

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 
 def bind_inputs(binder: Binder, inputs: Mapping[str, object]) -> None:
-    from tile.bind import TensorValue
+    from tile.bind_values import TensorValue
 
     declared = {decl.name for decl in binder.function.inputs}
     header = binder.function.inputs[0].span if binder.function.inputs else None
