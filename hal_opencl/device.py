@@ -1,6 +1,7 @@
 """OpenCL devices: enumeration, capabilities and settings (ARCHITECTURE 6.1, Appendix C).
 
-Place in the pipeline: the registry calls `hal_opencl.make_driver()`, which lands here. Every
+Place in the pipeline: the registry calls `hal_opencl.make_driver()`, which lands here (after
+`vendors.register()` made pip-installed drivers such as Intel's CPU runtime visible). Every
 platform is a device set; devices are numbered across platforms as `opencl.0`, `opencl.1`, ...
 in the order of `platforms.py` (PoCL, Intel, others), never the loader's, so installing a
 driver moves no id; debugging platforms (Oclgrind) are listed only once a selector such as
@@ -41,6 +42,7 @@ import pyopencl as cl
 from hal.environment import flag
 from hal.errors import DeviceUnavailableError
 from hal.interfaces import Device, DeviceKind, DeviceSet, Driver
+from hal_opencl import vendors
 from hal_opencl.executor import OpenCLExecutor
 from hal_opencl.platforms import HIDDEN, matches, order_platforms, platform_key
 from hal_opencl.queue import DeviceQueue
@@ -374,5 +376,7 @@ class OpenCLDriver(Driver):
 
 
 def make_driver() -> OpenCLDriver:
-    """The registry's entry point for the "opencl" backend."""
+    """The registry's entry point for the "opencl" backend: makes pip-installed drivers
+    visible to the ICD loader first (`hal_opencl.vendors`), then enumerates."""
+    vendors.register()
     return OpenCLDriver()
