@@ -11,19 +11,20 @@ statement is reported; all diagnostics are raised together in one `TileSyntaxErr
 from __future__ import annotations
 
 import math
-import re
 import struct
 import threading
 from contextlib import contextmanager
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lark import Lark, Token, Transformer
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+from lark.exceptions import UnexpectedInput
 
 from tile import syntax as ast
-from tile.errors import DiagnosticSink, diagnostic
+from tile.errors import DiagnosticSink
+from tile.grammar import GRAMMAR, START_SYMBOLS, TILE_WHITESPACE
+from tile.parse_messages import position, syntax_diagnostic
+from tile.parse_nesting import MAX_NESTING, check_nesting
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -32,14 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MAX_NESTING", "parse"]
 
-GRAMMAR = Path(__file__).with_name("tile.lark")
-START_SYMBOLS = ["start", "header", "chunk", "closing"]
-TILE_WHITESPACE = " \t\r\n"
 INT64_MAX = 2**63 - 1
-# The deepest expression or index polynomial accepted (operators, calls and conditionals
-# nested in one another; parentheses alone do not count). Later stages walk expressions
-# recursively; the limit keeps them far from Python's recursion limit (E-LIMIT beyond it).
-MAX_NESTING = 128
 
 _BINARY_OPS = {op.value: op for op in ast.BinaryOp}
 _UNARY_OPS = {op.value: op for op in ast.UnaryOp}
@@ -66,75 +60,14 @@ def parse(source: str, warnings: list[Diagnostic] | None = None) -> ast.Function
         sink.warnings.clear()
         _parse_pieces(parser, source, sink)
         if not sink.errors:  # cannot happen, but never lose the error
-            sink.errors.append(_syntax_diagnostic(error, source, source))
+            sink.errors.append(syntax_diagnostic(error, source, source))
     if function is not None:
-        _check_nesting(function, sink)
+        check_nesting(function, sink)
     if warnings is not None:
         warnings.extend(sorted(sink.warnings, key=lambda d: (d.line, d.column)))
     sink.raise_if_any()
     assert function is not None
     return function
-
-
-# ---- the nesting limit -----------------------------------------------------------------------
-
-_Node = ast.Expr | ast.PolyExpr
-
-
-def _check_nesting(function: ast.FunctionDef, sink: DiagnosticSink) -> None:
-    """E-LIMIT for every statement with an expression nested more than MAX_NESTING deep."""
-    for statement in function.body:
-        for root in _statement_roots(statement):
-            depth, node = _depth(root)
-            if node is not None:
-                sink.error(
-                    "E-LIMIT",
-                    f"expression nested too deeply: {depth} levels of operators, calls or "
-                    f"conditionals inside one another, more than this compiler's limit of "
-                    f"{MAX_NESTING}; compute parts in separate statements (T = ...;)",
-                    getattr(node, "span", None),
-                )
-                break
-
-
-def _statement_roots(statement: ast.Statement) -> list[_Node]:
-    if isinstance(statement, ast.Assign):
-        return [statement.value]
-    out = statement.out
-    roots: list[_Node] = [*out.indices, *(out.sizes or ())]
-    for operand in statement.operands:
-        roots.extend(operand.indices)
-    for constraint in statement.constraints:
-        roots.extend((constraint.poly, constraint.bound))
-    return roots
-
-
-def _depth(root: _Node) -> tuple[int, _Node | None]:
-    """How many levels `root` nests (a leaf is 1), and the first node found deeper than
-    MAX_NESTING, if any. Iterative, so that any depth is measured without recursion."""
-    stack: list[tuple[_Node, int]] = [(root, 1)]
-    deepest, beyond = 0, None
-    while stack:
-        node, level = stack.pop()
-        deepest = max(deepest, level)
-        if level > MAX_NESTING and beyond is None:
-            beyond = node
-        stack.extend((child, level + 1) for child in _children(node))
-    return deepest, beyond
-
-
-def _children(node: _Node) -> tuple[_Node, ...]:
-    match node:
-        case ast.Binary(lhs=lhs, rhs=rhs) | ast.PBinary(lhs=lhs, rhs=rhs):
-            return (lhs, rhs)
-        case ast.Unary(operand=operand) | ast.PNeg(operand=operand):
-            return (operand,)
-        case ast.Call(args=args):
-            return args
-        case ast.Ternary(cond=cond, then=then, other=other):
-            return (cond, then, other)
-        case _:
-            return ()
 
 
 # ---- the parser ------------------------------------------------------------------------------
@@ -493,7 +426,7 @@ def _parse_pieces(parser: Lark, source: str, sink: DiagnosticSink) -> None:
         pieces.append((start, close + 1 if close >= 0 else body_end, "chunk"))
     elif close < 0:
         end = len(source.rstrip(TILE_WHITESPACE))
-        sink.error("E-SYNTAX", "unexpected end of text: expected '}'", _position(source, end))
+        sink.error("E-SYNTAX", "unexpected end of text: expected '}'", position(source, end))
     if close >= 0:
         pieces.append((close, len(source), "closing"))
     line, line_start = 1, 0
@@ -510,150 +443,4 @@ def _parse_piece(parser: Lark, text: str, symbol: str, source: str, sink: Diagno
         with _building(sink, text):
             parser.parse(text, start=symbol)
     except UnexpectedInput as error:
-        sink.errors.append(_syntax_diagnostic(error, text, source))
-
-
-def _position(text: str, offset: int) -> ast.Span:
-    line_start = text.rfind("\n", 0, offset) + 1
-    return ast.Span(text.count("\n", 0, offset) + 1, offset - line_start + 1)
-
-
-# ---- messages of syntax errors ---------------------------------------------------------------
-
-# Expected terminals described in words; the rest are quoted as written.
-_WORDS = {
-    "UNAME": "a tensor name",
-    "LNAME": "an index name",
-    "INT": "an integer",
-    "FLOAT": "a number",
-    "$END": "the end of the text",
-}
-_EXPRESSION_START = {"INT", "FLOAT", "UNAME", "LNAME", "LPAR", "MINUS", "TILDE"}
-_POLY_START = {"INT", "FLOAT", "UNAME", "LNAME", "LPAR", "MINUS"}
-_EXPRESSION_OPERATORS = {
-    *("PLUS", "MINUS", "STAR", "SLASH", "EQUAL", "NOT_EQUAL", "LT", "GT", "LE", "GE"),
-    *("SHL", "SHR", "AMPERSAND", "PIPE", "CARET", "QUESTION"),
-}
-_POLY_OPERATORS = {"PLUS", "MINUS", "STAR", "SLASH"}
-_KEYWORDS = {"FUNCTION", "DEFAULT", "NO_DEFRACT"}
-_RESERVED = re.compile(r"(?:polynomial|expression|contraction)(?![A-Za-z0-9_'])")
-_NUMBER_TAIL = re.compile(r"[0-9.]*(?:[eE][-+]?[0-9]+)?")
-_INDEX_NAME_BEFORE = re.compile(r"(?<![A-Za-z0-9_'])([a-z][A-Za-z0-9_]*'?)[ \t\r\n]*\Z")
-
-
-def _syntax_diagnostic(error: UnexpectedInput, text: str, source: str) -> Diagnostic:
-    """The E-LEX or E-SYNTAX diagnostic for a Lark error in `text` (a padded piece of `source`)."""
-    if isinstance(error, UnexpectedCharacters):
-        code, message, offset = _character_message(text, error.pos_in_stream)
-    elif isinstance(error, UnexpectedToken):
-        expected = error.accepts or error.expected  # `accepts` is exact, `expected` is not
-        code, message, offset = "E-SYNTAX", *_token_message(error.token, expected, text)
-    else:
-        assert isinstance(error, UnexpectedEOF)
-        end = len(text.rstrip(TILE_WHITESPACE))
-        code, message, offset = "E-SYNTAX", _unexpected("end of text", error.expected), end
-    return diagnostic(code, message, _position(text, offset), source)
-
-
-def _character_message(text: str, offset: int) -> tuple[str, str, int]:
-    """A character that starts no token, or a reserved word (no terminal matches either)."""
-    char = text[offset]
-    if reserved := _RESERVED.match(text, offset):
-        word = reserved.group()
-        return "E-SYNTAX", f"'{word}' is a reserved word and cannot be a name", offset
-    if char == ".":
-        start = offset
-        while start > 0 and (text[start - 1].isdigit() or text[start - 1] == "."):
-            start -= 1
-        if start > 0 and (text[start - 1].isalnum() or text[start - 1] in "_'"):
-            start = offset  # the digits belong to a name
-        number = text[start : _NUMBER_TAIL.match(text, offset).end()]
-        return (
-            "E-LEX",
-            f"malformed number '{number}': a float literal has digits on both sides of one "
-            "'.' (as in '1.5' or '0.5e-3')",
-            start,
-        )
-    if char == "'" and offset > 0 and text[offset - 1] == "'":
-        return "E-LEX", "a name can end with only one prime (')", offset
-    hints = {
-        "!": "'!' is not an operator (did you mean '!='?)",
-        "#": "'#' cannot start a token: Tile has no comments (and no escaped '#name' names)",
-        "$": "'$' cannot start a token: escaped '$name' names are not supported",
-        '"': "'\"' cannot start a token: Tile has no string literals",
-    }
-    shown = char if char.isprintable() else repr(char)[1:-1]
-    return "E-LEX", hints.get(char, f"the character '{shown}' cannot start a token"), offset
-
-
-def _token_message(token: Token, expected: set[str], text: str) -> tuple[str, int]:
-    """The message and offset for a token the grammar does not allow where it stands."""
-    if token.type == "$END":
-        return _unexpected("end of text", expected), len(text.rstrip(TILE_WHITESPACE))
-    offset = token.start_pos
-    for start in (offset - 1, offset):
-        if start >= 0 and text[start : start + 2] in ("//", "/*"):
-            comment = text[start : start + 2]
-            return f"'{comment}' does not start a comment: Tile has no comment syntax", start
-    if expected == {"$END"}:
-        return f"unexpected '{token}' after the end of the function", offset
-    message = _unexpected(f"'{token}'", expected)
-    if token.type == "FUNCTION" or (token.type in _KEYWORDS and "LNAME" in expected):
-        message += f" ('{token}' is a keyword and cannot be a name)"
-    elif token.type in _KEYWORDS:
-        message += " (a modifier follows the constraints of a contraction, each at most once)"
-    elif "NO_DEFRACT" in expected and token.type in _EXPRESSION_OPERATORS:
-        message += " (a contraction is a whole statement: it cannot be part of an expression)"
-    elif (
-        expected == {"LPAR"}
-        and (name := _INDEX_NAME_BEFORE.search(text, 0, offset))
-        and name.group(1) != "function"
-    ):
-        message += (
-            f" ('{name.group(1)}' is an index name: index names belong in contractions, "
-            "and a lower-case name in an expression must be a function call)"
-        )
-    elif {"RPAR", "EQUAL", "STAR"} <= expected and "AMPERSAND" not in expected:
-        message += " (a contraction combines tensor accesses with '+', '*' or '==' only)"
-    return message, offset
-
-
-def _unexpected(what: str, expected: set[str]) -> str:
-    return f"unexpected {what}: expected {_describe(expected)}"
-
-
-def _describe(expected: set[str]) -> str:
-    """Expected terminals in words: `';', ')' or an operator`."""
-    names = set(expected) - {"WHITESPACE"}
-    groups = []
-    if {"INT", "UNAME", "LPAR", "MINUS", "TILDE"} <= names:
-        groups.append("an expression")
-        names -= _EXPRESSION_START
-    elif {"INT", "UNAME", "LNAME", "LPAR", "MINUS"} <= names:
-        groups.append("an index polynomial")
-        names -= _POLY_START
-    if "AMPERSAND" in names:
-        groups.append("an operator")
-        names -= _EXPRESSION_OPERATORS
-    elif names >= _POLY_OPERATORS:
-        groups.append("an operator")
-        names -= _POLY_OPERATORS | {"LE"}  # '<=' is only accepted to explain its error
-    if {"UNAME", "LNAME"} <= names:
-        groups.append("a name")
-        names -= {"UNAME", "LNAME"}
-    texts = sorted((_terminal_text(name) for name in names if name not in _WORDS), key=_order)
-    quoted = [f"'{text}'" for text in texts]
-    words = [_WORDS[name] for name in sorted(names) if name in _WORDS]
-    items = quoted + words + groups
-    if not items:
-        return "nothing more"
-    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} or {items[-1]}"
-
-
-def _terminal_text(name: str) -> str:
-    terminal = _parser().get_terminal(name)
-    return terminal.pattern.value
-
-
-def _order(text: str) -> tuple[bool, str]:
-    return text != ";", text  # "';' or an operator" reads better than "'(', ';' or ..."
+        sink.errors.append(syntax_diagnostic(error, text, source))
