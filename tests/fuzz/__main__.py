@@ -4,9 +4,9 @@
     python -m tests.fuzz --cases 10000 --device llvm_cpu.0    # the long pass of one device
     python -m tests.fuzz --seed 7 --case 1234 --device opencl.0 --gpu --show   # one case
 
-Targets are `llvm_cpu.0`, `opencl.0` and `opencl.0` with the GPU settings forced, unless
-`--device` (and `--gpu`) name one. Each failure prints one line with its reproducer; the
-last line counts passed and failed cases. The exit status is 1 when any case failed.
+Targets are `llvm_cpu.0`, `opencl.0` (or the device `TILE_TEST_OPENCL` names) and the same with
+the GPU settings forced, unless `--device` (and `--gpu`) name one. Each failure prints one
+line with its reproducer; the last line counts passed and failed cases. The exit status is 1 when any case failed.
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ DEFAULT_SEED = 20261125
 def targets(device: str | None, gpu: bool) -> list[str]:
     if device is not None:
         return [f"{device}+gpu" if gpu else device]
-    from tests.shipped import opencl_failure
+    from tests.shipped import OPENCL, opencl_failure
 
     failure = opencl_failure()
     if failure is not None and failure.unsupported_host:
         print(f"WARNING: no OpenCL device here: {failure.reason}", file=sys.stderr)
         return ["llvm_cpu.0"]
-    return ["llvm_cpu.0", "opencl.0", "opencl.0+gpu"]
+    return ["llvm_cpu.0", OPENCL, f"{OPENCL}+gpu"]
 
 
 def fuzz(

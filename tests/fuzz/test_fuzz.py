@@ -12,10 +12,10 @@ import pytest
 from tests.fuzz.__main__ import DEFAULT_SEED
 from tests.fuzz.programs import FAMILIES, draw
 from tests.fuzz.runner import run_cases
-from tests.shipped import require_opencl
+from tests.shipped import OPENCL, require_opencl
 
 QUICK = 200
-TARGETS = ("llvm_cpu.0", "opencl.0", "opencl.0+gpu")
+TARGETS = ("llvm_cpu.0", OPENCL, f"{OPENCL}+gpu")  # OPENCL: opencl.0 or TILE_TEST_OPENCL
 
 # (seed, index, family) of draws that found a bug, and what it was.
 REGRESSIONS: tuple[tuple[int, int, str | None], ...] = ()

@@ -1,5 +1,6 @@
 """GPU-style kernels on PoCL (issue 4): the whole conformance suite with the GPU settings
-forced on `opencl.0`, a CPU device that would otherwise get one work-item per work-group.
+forced on `opencl.0` (or the device `TILE_TEST_OPENCL` names: tests.shipped), a CPU device
+that would otherwise get one work-item per work-group.
 
 `TILE_FORCE_GPU_SETTINGS=1` (read by `hal_opencl.device` when a device builds its settings)
 gives every OpenCL device the GPU preset from its own queries; on PoCL that is work-groups of
@@ -7,7 +8,7 @@ gives every OpenCL device the GPU preset from its own queries; on PoCL that is w
 
     TILE_FORCE_GPU_SETTINGS=1 python shared/conformance/run.py shared/spec/cases --device opencl.0
 
-Here the module's device is a fresh `opencl.0` made while the variable is set, so the other
+Here the module's device is a fresh instance of it made while the variable is set, so the other
 tests of the session keep their CPU-style device. Every case is compared with its expected
 outputs by the conformance runner's own `compare_output`. A second device runs the
 `SMALL_GPU` and `MID_GPU` settings (few work-items, little local memory), whose kernels have
@@ -35,7 +36,7 @@ from hal_opencl.render import RenderOptions
 from semtree.kernel import KernelKind
 from tests.generate.test_conformance import CASES, RUNNER
 from tests.gpu.settings import MID_GPU, SMALL_GPU
-from tests.shipped import missing_opencl
+from tests.shipped import missing_opencl, pick
 from tile.generate import generate_program
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 
     import pyopencl as cl
 
+    import hal
     from semtree.kernel import HardwareSettings
 
 pytestmark = pytest.mark.opencl
@@ -72,22 +74,25 @@ STAGED = [
 
 
 @pytest.fixture(scope="module")
-def driver() -> Iterator[OpenCLDriver]:
+def opencl() -> Iterator[hal.Device]:
+    """A fresh instance of the tested OpenCL device (tests.shipped), its settings built
+    under the variable."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(FORCE_GPU_SETTINGS, "1")
         try:
             driver = OpenCLDriver()
+            hal_device = pick(driver)
         except DeviceUnavailableError as error:  # the shipped backend is required
             missing_opencl(error)
-        driver.devices()[0].settings  # noqa: B018 (built now, under the variable)
-    yield driver
+        hal_device.settings  # noqa: B018 (built now, under the variable)
+    yield hal_device
     driver.close()
 
 
 @pytest.fixture(scope="module")
-def gpu_device(driver: OpenCLDriver) -> tile.Device:
-    """`opencl.0` with the GPU settings forced by the variable."""
-    hal_device = driver.devices()[0]
+def gpu_device(opencl: hal.Device) -> tile.Device:
+    """The tested OpenCL device with the GPU settings forced by the variable."""
+    hal_device = opencl
     return tile.Device(
         hal_device.id,
         f"{hal_device.description} (GPU settings forced)",
@@ -111,8 +116,8 @@ class _Configured(OpenCLDevice):
 
 
 @pytest.fixture(scope="module", params=[SMALL_GPU, MID_GPU], ids=["small", "mid"])
-def small_device(request: pytest.FixtureRequest, driver: OpenCLDriver) -> Iterator[tile.Device]:
-    hal_device = _Configured(driver.devices()[0].cl_device, request.param)
+def small_device(request: pytest.FixtureRequest, opencl: hal.Device) -> Iterator[tile.Device]:
+    hal_device = _Configured(opencl.cl_device, request.param)  # type: ignore[attr-defined]
     yield tile.Device(
         hal_device.id, "configured", hal_device.kind.value, request.param, True, hal_device
     )

@@ -1,6 +1,6 @@
-"""A process that ran kernels on opencl.0 exits with status 0 (PoCL aborted at exit once a
-completion callback had been registered with pyopencl; a watcher thread still waiting in the
-driver when finalization began aborted it too, issue 10)."""
+"""A process that ran kernels on the tested OpenCL device (tests.shipped) exits with status 0
+(PoCL aborted at exit once a completion callback had been registered with pyopencl; a watcher
+thread still waiting in the driver when finalization began aborted it too, issue 10)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ import subprocess
 import sys
 
 from tests.conftest import REPO
-from tests.shipped import require_opencl
+from tests.shipped import OPENCL, require_opencl
 
 SCRIPT = """
 import numpy as np
 import tile
 out = tile.run("function (A) -> (B) { B = A * 2; }", {"A": np.ones(4, np.float32)},
-               device="opencl.0")
+               device=DEVICE)
 assert out["B"].tolist() == [2.0] * 4
-"""
+""".replace("DEVICE", repr(OPENCL))
 
 
 def test_process_exits_cleanly_after_opencl_kernels() -> None:
@@ -35,10 +35,10 @@ def test_process_exits_cleanly_after_opencl_kernels() -> None:
 WAITING = """
 import gc, time
 import pyopencl as cl
-import hal
+from tests.shipped import require_opencl  # the tested device: TILE_TEST_OPENCL is inherited
 
 gc.disable()
-queue = hal.get_driver("opencl").default_device().queue
+queue = require_opencl().queue
 source = '''
 __kernel void slow(__global float *out, int steps) {
     float x = 0.0f;

@@ -12,6 +12,7 @@ import hal
 import tile
 from hal_opencl import device as opencl_device
 from hal_opencl.platforms import matches, order_platforms, platform_key
+from tests import shipped
 from tests.shipped import require_opencl
 
 POCL = "Portable Computing Language"
@@ -132,9 +133,9 @@ def test_only_a_hidden_platform_is_no_usable_device(monkeypatch: pytest.MonkeyPa
 
 
 def test_tile_resolves_backend_selectors(monkeypatch: pytest.MonkeyPatch) -> None:
-    first = require_opencl()
-    driver = hal.get_driver("opencl")
-    key = driver.device_sets()[0].key  # type: ignore[attr-defined]
+    first = require_opencl()  # the tested device (tests.shipped), and its platform's key
+    sets = hal.get_driver("opencl").device_sets()
+    key = next(s.key for s in sets if first in s.devices)  # type: ignore[attr-defined]
     assert tile.device(f"opencl:{key}").id == first.id
     monkeypatch.setenv("TILE_DEVICE", f"opencl:{key}")
     assert tile.device().id == first.id
@@ -142,3 +143,14 @@ def test_tile_resolves_backend_selectors(monkeypatch: pytest.MonkeyPatch) -> Non
         tile.device("opencl:nowhere")
     with pytest.raises(tile.DeviceNotFound, match="has no selector"):
         tile.device("llvm:intel")
+
+
+def test_the_tested_device_is_chosen_by_id_or_selector(monkeypatch: pytest.MonkeyPatch) -> None:
+    driver, _ = fake_driver(monkeypatch, [FakePlatform(INTEL), FakePlatform(POCL)])
+    chosen = {"opencl.0": "opencl.0", "opencl": "opencl.0", "opencl:intel": "opencl.1"}
+    for name, wanted in chosen.items():
+        monkeypatch.setattr(shipped, "OPENCL", name)  # as TILE_TEST_OPENCL sets it
+        assert shipped.pick(driver).id == wanted
+    monkeypatch.setattr(shipped, "OPENCL", "opencl.7")
+    with pytest.raises(hal.DeviceUnavailableError, match="TILE_TEST_OPENCL"):
+        shipped.pick(driver)
