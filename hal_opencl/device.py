@@ -305,15 +305,21 @@ class OpenCLDriver(Driver):
                 cl_devices = [device.cl_device for device in entry.devices]
             self._platforms.append(entry)
             index += len(cl_devices)
-        if not any(entry.devices for entry in self._platforms):
+        self._sets = self._device_sets()
+        self._none: DeviceUnavailableError | None = None  # why no platform is listed
+        if not self._sets:
             detail = "; ".join(self.skipped) or "the platforms list no devices"
             unknown_cpu = bool(self.skipped) and all(UNKNOWN_CPU in item for item in self.skipped)
             if unknown_cpu:
                 detail += " (the driver's LLVM does not know this processor)"
-            raise DeviceUnavailableError(
+            hidden = [f"opencl:{entry.key}" for entry in self._platforms if entry.hidden]
+            if hidden:
+                detail += f"; debugging platforms only when selected: {', '.join(hidden)}"
+            self._none = DeviceUnavailableError(
                 self.name, f"no usable OpenCL device: {detail}", unsupported_host=unknown_cpu
             )
-        self._sets = self._device_sets()
+            if not any(entry.hidden for entry in self._platforms):
+                raise self._none
 
     def _probe(self, entry: _Platform) -> tuple[OpenCLDevice, ...]:
         """The platform's devices whose compiler builds the probe, numbered from its first
@@ -339,6 +345,10 @@ class OpenCLDriver(Driver):
         )
 
     def device_sets(self) -> Sequence[OpenCLDeviceSet]:
+        """The listed platforms' device sets; where none has a usable device and only a
+        hidden platform could be selected, raises why (so the registry reports it)."""
+        if not self._sets and self._none is not None:
+            raise self._none
         return self._sets
 
     def platform_keys(self) -> dict[str, bool]:
@@ -371,8 +381,9 @@ class OpenCLDriver(Driver):
         )
 
     def close(self) -> None:
-        for device in self.devices():
-            device.close()
+        for device_set in self._sets:
+            for device in device_set.devices:
+                device.close()
 
 
 def make_driver() -> OpenCLDriver:

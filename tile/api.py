@@ -151,18 +151,19 @@ def _find(wanted: str, reasons: list[str]) -> Device | None:
     """The device `wanted` names, or None with the reasons a selector gave appended."""
     prefix, colon, selector = wanted.partition(":")
     for backend in registry.backend_names():
+        selected = False
         try:
             driver = registry.get_driver(backend)
+            selected = bool(colon) and prefix in (backend, driver.id_prefix)
+            if selected:  # also a platform that is not listed (Oclgrind)
+                return device_of(driver.select(selector))
             loaded = driver.devices()
         except DeviceUnavailableError as error:
             debug.backend_unavailable(backend, error.reason)
-            continue
-        if colon and prefix in (backend, driver.id_prefix):
-            try:
-                return device_of(driver.select(selector))
-            except DeviceUnavailableError as error:
+            if selected or (colon and prefix == backend):
                 reasons.append(error.reason)
                 return None
+            continue
         for item in loaded:
             if item.id == wanted:
                 return device_of(item)

@@ -6,7 +6,8 @@
 
 Targets are `llvm_cpu.0`, `opencl.0` (or the device `TILE_TEST_OPENCL` names) and the same with
 the GPU settings forced, unless `--device` (and `--gpu`) name one. Each failure prints one
-line with its reproducer; the last line counts passed and failed cases. The exit status is 1 when any case failed.
+line with its reproducer; the last line counts passed and failed cases. The exit status is 1
+when any case failed.
 """
 
 from __future__ import annotations

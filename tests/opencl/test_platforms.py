@@ -127,9 +127,17 @@ def test_pocl_on_an_unknown_processor_leaves_intel_first(monkeypatch: pytest.Mon
     assert caught.value.unsupported_host and "unknown target CPU" in caught.value.reason
 
 
-def test_only_a_hidden_platform_is_no_usable_device(monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(hal.DeviceUnavailableError, match="no usable OpenCL device"):
-        fake_driver(monkeypatch, [FakePlatform(OCLGRIND)])
+def test_only_a_hidden_platform_lists_nothing_but_can_be_selected(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    driver, _ = fake_driver(monkeypatch, [FakePlatform(OCLGRIND), FakePlatform(POCL)], (POCL,))
+    with pytest.raises(hal.DeviceUnavailableError, match="no usable OpenCL device") as caught:
+        driver.devices()  # the registry reports this, with the unknown processor
+    assert caught.value.unsupported_host
+    assert driver.select("oclgrind").id == "opencl.0"
+    assert [device.id for device in driver.devices()] == ["opencl.0"]
+    with pytest.raises(hal.DeviceUnavailableError, match="the platforms list no devices"):
+        fake_driver(monkeypatch, [FakePlatform(POCL, devices=0)])
 
 
 def test_tile_resolves_backend_selectors(monkeypatch: pytest.MonkeyPatch) -> None:
