@@ -18,6 +18,7 @@ from hal.errors import (
     DeviceUnavailableError,
     ExecutionError,
     HalError,
+    OutOfMemoryError,
     UnknownBackendError,
     UnsupportedOnDevice,
 )
@@ -90,6 +91,7 @@ __all__ = [
     "KernelList",
     "KernelParam",
     "Library",
+    "OutOfMemoryError",
     "SettableEvent",
     "UnknownBackendError",
     "UnsupportedOnDevice",

@@ -13,6 +13,8 @@ the user-facing errors of `tile.errors`; backends raise only these (and `ValueEr
 - `DeviceUnavailableError`: a backend could not start (import error, no platform).
 - `UnknownBackendError`: a registry name that no backend has.
 - `ExecutionError`: an operation started and failed while running.
+- `OutOfMemoryError`: an allocation that the device cannot make (more than it allows in one
+  buffer, more than the host has, or the driver or the host ran out of memory).
 """
 
 from __future__ import annotations
@@ -112,3 +114,13 @@ class UnknownBackendError(HalError, LookupError):
 
 class ExecutionError(HalError):
     """An operation started on the device and failed while running."""
+
+
+class OutOfMemoryError(HalError):
+    """Device `device` cannot allocate `size` bytes; `reason` says why, in a few words."""
+
+    def __init__(self, device: str, size: int, reason: str) -> None:
+        self.device = device
+        self.size = size
+        self.reason = reason
+        super().__init__(f"{device} cannot allocate {size} bytes: {reason}")

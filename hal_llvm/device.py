@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from hal.errors import HalError
 from hal.interfaces import Device, DeviceKind, DeviceSet, Driver, Executor, Kernel
 from hal_llvm.compiler import LLVMCompiler, LLVMLibrary, host
-from hal_llvm.memory import ALIGNMENT, CpuArena, CpuBuffer, aligned_bytes
+from hal_llvm.memory import ALIGNMENT, CpuArena, CpuBuffer, host_bytes
 from hal_llvm.runtime import CpuRuntime
 
 if TYPE_CHECKING:
@@ -152,7 +152,7 @@ class LLVMExecutor(Executor):
         self.runtime = runtime
 
     def allocate(self, size: int) -> CpuBuffer:
-        return CpuBuffer(self.device, aligned_bytes(size))
+        return CpuBuffer(self.device, host_bytes(self.device.id, size))
 
     def make_arena(self, size: int) -> CpuArena:
         return CpuArena(self.device, size)

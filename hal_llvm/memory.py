@@ -7,16 +7,22 @@ and returns the numpy array itself, and `unmap()` returns an already-completed e
 
 Alignment is 64 bytes (a cache line and an AVX-512 vector), so generated code may use
 aligned vector loads; misaligned buffers cost 17 to 35% in the prototypes (PERFORMANCE.md 4.4).
+
+An allocation larger than the machine's physical memory is refused before it is tried (with
+overcommit, the kernel would grant it and kill the process when the pages are touched); one
+the host refuses (numpy's MemoryError, or its ValueError for a size past the address space)
+is `hal.OutOfMemoryError` too.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hal.errors import HalError
+from hal.errors import HalError, OutOfMemoryError
 from hal.events import CompletedEvent, wait_all
 from hal.interfaces import Arena, Buffer, read_only_view
 
@@ -26,6 +32,18 @@ if TYPE_CHECKING:
     from hal.interfaces import Device, Event
 
 ALIGNMENT = 64
+
+
+def physical_memory() -> int | None:
+    """Bytes of physical memory of this machine, or None where the system does not say."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows) or no such name
+        return None
+
+
+# The largest allocation tried; read at each allocation, so tests can lower it.
+HOST_MEMORY = physical_memory()
 
 
 def aligned_bytes(size: int, alignment: int = ALIGNMENT) -> np.ndarray:
@@ -38,6 +56,20 @@ def aligned_bytes(size: int, alignment: int = ALIGNMENT) -> np.ndarray:
     # Slice a non-empty range first: numpy gives an empty slice taken directly the base
     # pointer, which would make a zero-byte buffer misaligned.
     return raw[start : start + max(size, 1)][:size]
+
+
+def host_bytes(device: str, size: int, alignment: int = ALIGNMENT) -> np.ndarray:
+    """`aligned_bytes(size, alignment)` for `device`, or OutOfMemoryError when the size is
+    more than the machine's memory or the host cannot allocate it (module docstring)."""
+    if size < 0:
+        raise ValueError(f"a buffer size cannot be negative ({size})")
+    limit = HOST_MEMORY
+    if limit is not None and size > limit:
+        raise OutOfMemoryError(device, size, f"more than the host's memory ({limit} bytes)")
+    try:
+        return aligned_bytes(size, alignment)
+    except (MemoryError, ValueError) as error:  # ValueError: more than numpy can address
+        raise OutOfMemoryError(device, size, f"the host refused it ({error})") from error
 
 
 class CpuBuffer(Buffer):
@@ -89,7 +121,7 @@ class CpuArena(Arena):
         self.device = device
         self.size = size
         self.alignment = alignment
-        self.storage = aligned_bytes(size, alignment)
+        self.storage = host_bytes(device.id, size, alignment)
 
     def make_buffer(self, offset: int, size: int) -> CpuBuffer:
         if offset % self.alignment:

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyopencl as cl
 
-from hal.errors import HalError, UnsupportedOnDevice
+from hal.errors import HalError, OutOfMemoryError
 from hal.interfaces import Executor, Kernel
-from hal_opencl.memory import OpenCLArena, OpenCLBuffer
+from hal_opencl.memory import OpenCLArena, OpenCLBuffer, allocating
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -56,17 +56,19 @@ class OpenCLExecutor(Executor):
 
     def _allocate(self, size: int) -> cl.Buffer:
         capabilities = self.device.capabilities
-        if size > capabilities.max_allocation:
-            raise UnsupportedOnDevice(
-                f"{self.device.id} cannot allocate {size} bytes in one buffer (at most "
-                f"{capabilities.max_allocation})"
-            )
         if size < 0:
             raise ValueError(f"a buffer size cannot be negative ({size})")
+        if size > capabilities.max_allocation:
+            raise OutOfMemoryError(
+                self.device.id,
+                size,
+                f"more than the device allows in one buffer ({capabilities.max_allocation} bytes)",
+            )
         flags = cl.mem_flags.READ_WRITE
         if capabilities.host_unified_memory:
             flags |= cl.mem_flags.ALLOC_HOST_PTR  # maps are zero-copy on the host's memory
-        return cl.Buffer(self.queue.context, flags, max(size, 1))
+        with allocating(self.device.id, size):
+            return cl.Buffer(self.queue.context, flags, max(size, 1))
 
     def allocate(self, size: int) -> OpenCLBuffer:
         invalidate = self.device.capabilities.map_invalidate
@@ -116,7 +118,8 @@ class OpenCLExecutor(Executor):
         start, end = source.offset + src_offset, target.offset + dst_offset
         if source.allocation is target.allocation and abs(start - end) < size:
             # OpenCL refuses overlapping copies (CL_MEM_COPY_OVERLAP): go through a temporary.
-            temporary = cl.Buffer(self.queue.context, cl.mem_flags.READ_WRITE, size)
+            with allocating(self.device.id, size):
+                temporary = cl.Buffer(self.queue.context, cl.mem_flags.READ_WRITE, size)
 
             def staged() -> cl.Event:
                 cl.enqueue_copy(

@@ -13,26 +13,57 @@ one-byte allocation (OpenCL has no empty buffers) and maps to an empty array.
 
 An `OpenCLArena` is one buffer whose parts are sub-buffers (`get_sub_region`) at offsets that
 are multiples of the device's base address alignment (`mem_base_addr_align`, 128 bytes on PoCL).
+
+Running out of memory is `hal.OutOfMemoryError`: a buffer larger than the device allows in one
+allocation (`CL_DEVICE_MAX_MEM_ALLOC_SIZE`) is refused before the driver is asked, and the
+driver's own refusals (`out_of_memory`: CL_MEM_OBJECT_ALLOCATION_FAILURE, CL_OUT_OF_RESOURCES,
+CL_OUT_OF_HOST_MEMORY, CL_INVALID_BUFFER_SIZE) at `clCreateBuffer` or at a map are translated
+(`allocating`).
+Drivers may allocate lazily (PoCL grants any number of buffers up to the limit each and
+allocates host memory on first use), so a device short of memory can also fail later, at a
+launch, as an `ExecutionError`.
 """
 
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pyopencl as cl
 
-from hal.errors import HalError
+from hal.errors import HalError, OutOfMemoryError
 from hal.events import CompletedEvent, wait_all
 from hal.interfaces import Arena, Buffer, read_only_view
 from hal_opencl.queue import OpenCLEvent
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
 
     from hal.interfaces import Device, Event
     from hal_opencl.queue import DeviceQueue
+
+# The status codes with which drivers refuse an allocation (or a map that needs one).
+_OUT_OF_MEMORY = {
+    cl.status_code.MEM_OBJECT_ALLOCATION_FAILURE: "the device ran out of memory",
+    cl.status_code.OUT_OF_RESOURCES: "the device ran out of resources",
+    cl.status_code.OUT_OF_HOST_MEMORY: "the host ran out of memory",
+    cl.status_code.INVALID_BUFFER_SIZE: "the driver refused the size",
+}
+
+
+@contextmanager
+def allocating(device: str, size: int) -> Iterator[None]:
+    """Raise a driver's refusal to allocate `size` bytes as OutOfMemoryError; other errors
+    pass unchanged."""
+    try:
+        yield
+    except cl.Error as error:
+        reason = _OUT_OF_MEMORY.get(getattr(error, "code", None))  # type: ignore[call-overload]
+        if reason is None:
+            raise
+        raise OutOfMemoryError(device, size, f"{reason} ({error})") from error
 
 
 class OpenCLBuffer(Buffer):
@@ -67,9 +98,11 @@ class OpenCLBuffer(Buffer):
         if self.size == 0:
             array = np.empty(0, np.uint8)
         else:
-            array, _ = cl.enqueue_map_buffer(
-                self.queue.queue, self.cl_buffer, flags, 0, (self.size,), np.uint8, is_blocking=True
-            )
+            queue, handle = self.queue.queue, self.cl_buffer
+            with allocating(self.device.id, self.size):
+                array, _ = cl.enqueue_map_buffer(
+                    queue, handle, flags, 0, (self.size,), np.uint8, is_blocking=True
+                )
         with self._lock:
             self._maps.append(array)
         return array

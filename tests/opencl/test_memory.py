@@ -6,6 +6,7 @@ the buffers a kernel is given."""
 from __future__ import annotations
 
 import numpy as np
+import pyopencl as cl
 import pytest
 
 import hal
@@ -150,5 +151,50 @@ def test_zero_and_copy_kernels_touch_only_their_tensors(device: hal.Device) -> N
 
 def test_allocation_beyond_the_device_limit(device: hal.Device) -> None:
     limit = device.capabilities.max_allocation  # type: ignore[attr-defined]
-    with pytest.raises(hal.UnsupportedOnDevice, match="cannot allocate"):
-        device.executor.allocate(limit + 1)
+    for size in (limit + 1, 2**62):  # refused before the driver is asked (PoCL overcommits)
+        with pytest.raises(hal.OutOfMemoryError, match=f"cannot allocate {size} bytes") as caught:
+            device.executor.allocate(size)
+        assert caught.value.size == size and caught.value.device == device.id
+        with pytest.raises(hal.OutOfMemoryError):
+            device.executor.make_arena(size)
+
+
+def _driver_error(code: int) -> cl.Error:
+    return cl.MemoryError(cl._cl._ErrorRecord("clCreateBuffer", code, "refused"))  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        cl.status_code.MEM_OBJECT_ALLOCATION_FAILURE,
+        cl.status_code.OUT_OF_RESOURCES,
+        cl.status_code.OUT_OF_HOST_MEMORY,
+        cl.status_code.INVALID_BUFFER_SIZE,
+    ],
+)
+def test_driver_refusals_are_out_of_memory(
+    device: hal.Device, code: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise _driver_error(code)
+
+    buffer = upload(device, np.arange(8, dtype=np.uint8))
+    monkeypatch.setattr(cl, "Buffer", refuse)
+    with pytest.raises(hal.OutOfMemoryError, match="cannot allocate 64 bytes") as caught:
+        device.executor.allocate(64)
+    assert isinstance(caught.value.__cause__, cl.Error)
+    monkeypatch.setattr(cl, "enqueue_map_buffer", refuse)
+    with pytest.raises(hal.OutOfMemoryError, match="cannot allocate 8 bytes"):
+        buffer.map_current()
+    assert not buffer.is_mapped  # a refused map is no map
+
+
+def test_other_driver_errors_pass_unchanged(
+    device: hal.Device, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise _driver_error(cl.status_code.INVALID_CONTEXT)
+
+    monkeypatch.setattr(cl, "Buffer", refuse)
+    with pytest.raises(cl.Error, match="INVALID_CONTEXT"):
+        device.executor.allocate(64)
