@@ -29,7 +29,7 @@ from semtree.types import DType
 from tile import debug
 from tile.cache import tensor_entry
 from tile.errors import DeviceNotFound
-from tile.runtime import DeviceRuntime
+from tile.runtime import Contents, DeviceRuntime
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -200,25 +200,38 @@ def numpy_dtype(dtype: DTypeLike) -> np.dtype:
 
 
 class Tensor:
-    """An n-dimensional array in one device's memory (contents undefined until written)."""
+    """An n-dimensional array in one device's memory (contents undefined until written).
+
+    `name` only labels errors: a tensor its device cannot allocate (more bytes than the
+    device allows or has) raises `TileOutOfMemory` naming it, its shape and its bytes."""
 
     __slots__ = ("__weakref__", "_entry", "_state", "device", "dtype", "nbytes", "shape")
 
-    def __init__(self, device: DeviceLike, shape: Sequence[int], dtype: DTypeLike = "float32"):
+    def __init__(
+        self,
+        device: DeviceLike,
+        shape: Sequence[int],
+        dtype: DTypeLike = "float32",
+        *,
+        name: str | None = None,
+    ) -> None:
         self.device = resolve(device)
         self.shape = tuple(int(size) for size in shape)
         if any(size < 0 for size in self.shape):
             raise ValueError(f"a tensor shape cannot have negative sizes: {self.shape}")
         self.dtype = numpy_dtype(dtype)
         self.nbytes = math.prod(self.shape) * self.dtype.itemsize
-        self._state = self.device.runtime.allocate(self.nbytes)
+        contents = Contents(name, self.shape, self.dtype)
+        self._state = self.device.runtime.allocate(self.nbytes, contents)
         self._entry = tensor_entry(self.dtype, self.shape)  # its part of a program key
 
     @classmethod
-    def from_numpy(cls, array: np.ndarray, device: DeviceLike = None) -> Tensor:
+    def from_numpy(
+        cls, array: np.ndarray, device: DeviceLike = None, *, name: str | None = None
+    ) -> Tensor:
         """A new tensor on `device` holding a copy of `array` (written through mmap_discard)."""
         values = np.asarray(array)
-        tensor = cls(device, values.shape, values.dtype)
+        tensor = cls(device, values.shape, values.dtype, name=name)
         with tensor.mmap_discard() as view:
             view[...] = values
         return tensor

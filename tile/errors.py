@@ -7,8 +7,8 @@ independent error of a program is reported at once (at least one per statement).
 
 The device layer (ARCHITECTURE 8.10) adds `DeviceError` and its subclasses: failures that
 belong to a device, a compiled program or a run rather than to a place in the source. They
-have a code too (`E-DEVICE`, `E-UNSUPPORTED`, `E-COMPILE`, `E-EXEC`) and line and column 0
-("no position"); HAL failures reach users as these, with the HAL exception chained.
+have a code too (`E-DEVICE`, `E-UNSUPPORTED`, `E-COMPILE`, `E-EXEC`, `E-MEMORY`) and line and
+column 0 ("no position"); HAL failures reach users as these, with the HAL exception chained.
 """
 
 from __future__ import annotations
@@ -204,3 +204,41 @@ class ExecutionError(DeviceError):
         while failure is not None and getattr(failure, "cause", None) is not None:
             failure = failure.cause  # type: ignore[attr-defined] (hal.DependencyFailed)
         return failure
+
+
+class TileOutOfMemory(DeviceError, MemoryError):  # noqa: N818 (the name is part of the public API)
+    """A tensor that cannot exist: more elements than generated code can index (2^31 - 1), or
+    more bytes than its device can allocate (host or device memory). Names the tensor (when
+    it has a name), its shape, element type and bytes; `device` is None for the element limit,
+    which holds on every device. The HAL failure, if any, is chained."""
+
+    default_code = "E-MEMORY"
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        tensor: str | None,
+        shape: tuple[int, ...],
+        dtype: str,
+        nbytes: int,
+        device: str | None = None,
+    ) -> None:
+        self.tensor = tensor
+        self.shape = shape
+        self.dtype = dtype
+        self.nbytes = nbytes
+        self.device = device
+        named = f"tensor '{tensor}'" if tensor else "a tensor"
+        where = f" on {device}" if device else ""
+        super().__init__(
+            f"cannot allocate {named} {dtype}{list(shape)} ({_size(nbytes)}){where}: {reason}"
+        )
+
+
+def _size(nbytes: int) -> str:
+    """`17179869184 bytes, 16.0 GiB`: exact, and readable from 1 KiB up."""
+    if nbytes < 1024:
+        return f"{nbytes} bytes"
+    exponent = min((nbytes.bit_length() - 1) // 10, 6)
+    return f"{nbytes} bytes, {nbytes / 1024**exponent:.1f} {'KMGTPE'[exponent - 1]}iB"

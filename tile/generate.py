@@ -16,7 +16,8 @@ different tensors) are shared and carry the same `key`. The buffers of the list 
 program's tensor inputs, its outputs (each in its own buffer, except an output that is an
 input) and the temporaries that some later kernel reads; constants are inlined into bodies
 and never become buffers, plus `_P<n>`, the partial results of a split reduction. `var_rewrites`
-is empty: no user-visible output is renamed.
+is empty: no user-visible output is renamed. A buffer of 2^31 or more elements is refused
+first (`tile.TileOutOfMemory`): kernels index with 32-bit integers.
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ from typing import TYPE_CHECKING
 
 from semtree.kernel import Direction, KernelInfo, KernelKind, KernelList, KernelParam
 from semtree.nodes import Declare, For, Lookup, Node, c_identifier, rewrite, walk
+from tile.errors import TileOutOfMemory
 from tile.flatten import flatten
 from tile.fuse import PlanKind, plan_program
 from tile.gen_contract import accumulator_dtype, generate_group, lane_split
 from tile.gen_gpu import generate_gpu_group, uses_gpu_kernels
-from tile.gen_kernel import ProgramContext, product
+from tile.gen_kernel import INDEX_LIMIT, ProgramContext, product
 from tile.gen_special import generate_prng, generate_scatter
 from tile.gen_split import split_reduction
 from tile.gen_vector import generate_vector_contraction
@@ -40,6 +42,7 @@ from tile.tile_opt import choose_tiles
 if TYPE_CHECKING:
     from semtree.kernel import HardwareSettings
     from semtree.nodes import Function
+    from semtree.types import TensorShape
     from tile.flat import FlatContraction
     from tile.fuse import KernelPlan
     from tile.gen_contract import GeneratedBody
@@ -58,6 +61,8 @@ def generate_program(
 ) -> KernelList:
     """The kernels computing `bound` on a device described by `settings`."""
     plan = plan_program(bound)
+    for buffer, shape in plan.shapes.items():
+        _check_size(buffer, shape)
     context = ProgramContext(bound.bindings, plan.buffer_of, plan.shapes)
     prefix = c_identifier(name_prefix)
     kernels: list[KernelInfo] = []
@@ -135,6 +140,19 @@ def generate_program(
         temporaries=tuple(temporaries),
         var_rewrites={},
     )
+
+
+def _check_size(buffer: str, shape: TensorShape) -> None:
+    """Generated code indexes elements with 32-bit integers: a larger buffer (input, output or
+    temporary) is TileOutOfMemory, on every device, before any kernel is generated."""
+    if shape.size >= INDEX_LIMIT:
+        raise TileOutOfMemory(
+            f"it has {shape.size} elements, and generated code indexes at most 2^31 - 1",
+            tensor=buffer,
+            shape=tuple(shape.dims),
+            dtype=shape.dtype.value,
+            nbytes=shape.nbytes,
+        )
 
 
 def _info(

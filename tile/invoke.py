@@ -174,7 +174,7 @@ class Invoker:
             if isinstance(value, Tensor):
                 tensors[name] = value
             elif isinstance(value, np.ndarray) and value.ndim:
-                tensors[name] = Tensor.from_numpy(value, device)
+                tensors[name] = Tensor.from_numpy(value, device, name=name)
         outputs: dict[str, Tensor] = {}
         states = {}
         for plan in plans:
@@ -183,7 +183,7 @@ class Invoker:
                 if plan.source is OutputSource.INPUT:
                     outputs[plan.name] = tensors[plan.input]  # returned unchanged
                     continue
-                tensor = Tensor(device, plan.shape.dims, plan.dtype)
+                tensor = Tensor(device, plan.shape.dims, plan.dtype, name=plan.name)
             outputs[plan.name] = tensor
             states[plan.name] = (tensor._state, tensor.dtype)
         inputs = {name: tensor._state for name, tensor in tensors.items()}

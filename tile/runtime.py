@@ -19,7 +19,11 @@ kernel launched while the host holds a mapping waits for it. State updates for o
 happen under its `DeviceRuntime.lock`; waiting never happens under it.
 
 HAL failures reach the caller as `tile.ExecutionError` (run time) or `BackendCompileError` /
-`TileUnsupported` (build time), with the HAL exception chained.
+`TileUnsupported` (build time), with the HAL exception chained; an allocation (or a map) the
+device cannot make is `tile.TileOutOfMemory`, naming the tensor from the buffer's `Contents`.
+A run allocates every buffer it needs (temporaries, scratch buffers, private copies of
+aliased inputs) before it changes any state or launches anything, so a failed allocation
+leaves every tensor and the program as they were.
 """
 
 from __future__ import annotations
@@ -36,13 +40,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from hal.errors import BackendCompileError as HalCompileError
-from hal.errors import DependencyFailed, HalError, UnsupportedOnDevice
+from hal.errors import DependencyFailed, HalError, OutOfMemoryError, UnsupportedOnDevice
 from hal.errors import ExecutionError as HalExecutionError
 from hal.events import SettableEvent, dependency_failure, wait_all
 from hal.interfaces import read_only_view
 from tile import debug
 from tile.cache import PROGRAM_CACHE_SIZE, LRUCache
-from tile.errors import BackendCompileError, ExecutionError, TileUnsupported
+from tile.errors import BackendCompileError, ExecutionError, TileOutOfMemory, TileUnsupported
 from tile.schedule import OutputSource, make_schedule
 
 if TYPE_CHECKING:
@@ -50,6 +54,7 @@ if TYPE_CHECKING:
 
     from hal.interfaces import Buffer, Device, Event, Kernel, Library
     from semtree.kernel import KernelList
+    from semtree.types import TensorShape
     from tile.cache import ProgramKey
     from tile.program import BoundProgram
     from tile.schedule import OutputPlan, Schedule
@@ -90,7 +95,40 @@ def build_error(error: HalError, program: str) -> BackendCompileError | TileUnsu
     return translated
 
 
+def out_of_memory(error: OutOfMemoryError, contents: Contents, what: str = "") -> TileOutOfMemory:
+    """The user-facing error for an allocation (or, `what`, a map) the device refused."""
+    translated = TileOutOfMemory(
+        what + error.reason,
+        tensor=contents.name,
+        shape=contents.shape,
+        dtype=contents.dtype.name,
+        nbytes=error.size,
+        device=error.device,
+    )
+    translated.__cause__ = error
+    return translated
+
+
 # ---- buffer states --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Contents:
+    """What a buffer holds, for messages: the tensor's name (None for a tensor made without
+    one), its shape and numpy dtype."""
+
+    name: str | None
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    @staticmethod
+    def of(name: str, shape: TensorShape) -> Contents:
+        return Contents(name, tuple(shape.dims), shape.dtype.numpy)
+
+    @staticmethod
+    def raw(nbytes: int) -> Contents:
+        """An unnamed buffer of `nbytes` bytes."""
+        return Contents(None, (nbytes,), np.dtype(np.uint8))
 
 
 def order_only(event: Event) -> Event:
@@ -105,11 +143,12 @@ class BufferState:
     """One buffer and the events that order access to it (module docstring). Mutated only
     under the owning device's lock."""
 
-    __slots__ = ("buffer", "last_write", "nbytes", "prune_at", "reads")
+    __slots__ = ("buffer", "contents", "last_write", "nbytes", "prune_at", "reads")
 
-    def __init__(self, buffer: Buffer, nbytes: int) -> None:
+    def __init__(self, buffer: Buffer, nbytes: int, contents: Contents | None = None) -> None:
         self.buffer = buffer
         self.nbytes = nbytes  # the bytes in use (the buffer may be larger)
+        self.contents = contents or Contents.raw(nbytes)
         self.last_write: Event | None = None
         self.reads: list[Event] = []
         self.prune_at = READS_KEPT  # prune completed readers when there are more than this
@@ -254,15 +293,18 @@ class DeviceRuntime:
             self._fingerprint = self.device.settings.fingerprint()
         return self._fingerprint
 
-    def allocate(self, nbytes: int) -> BufferState:
-        """A new buffer of `nbytes` bytes (contents undefined) with an empty state."""
+    def allocate(self, nbytes: int, contents: Contents | None = None) -> BufferState:
+        """A new buffer of `nbytes` bytes (contents undefined) with an empty state; raises
+        TileOutOfMemory, naming `contents`, when the device cannot allocate it."""
         try:
             buffer = self.executor.allocate(nbytes)
+        except OutOfMemoryError as error:
+            raise out_of_memory(error, contents or Contents.raw(nbytes)) from error
         except HalError as error:
             raise execution_error(
                 error, f"allocating {nbytes} bytes on {self.device.id}"
             ) from error
-        return BufferState(buffer, nbytes)
+        return BufferState(buffer, nbytes, contents)
 
     @contextmanager
     def mapped(
@@ -291,10 +333,15 @@ class DeviceRuntime:
             else:
                 raw = buffer.map_current(deps, writable=write)
         except BaseException as error:
-            if write:
-                marker.set_exception(error)  # keeps the buffer poisoned
+            refused = isinstance(error, OutOfMemoryError)  # nothing was mapped or written
+            # A refused map leaves the tensor as its last writer did; another failure poisons it.
+            failure = dependency_failure(deps, "a tensor") if refused else error
+            if write and failure is not None:
+                marker.set_exception(failure)
             else:
                 marker.set_result()
+            if refused:
+                raise out_of_memory(error, state.contents, "mapping it for the host: ") from error
             if isinstance(error, Exception):
                 raise execution_error(error, "mapping a tensor") from error
             raise
@@ -417,17 +464,24 @@ def execute(
     every output tensor (an `INPUT` output left out is simply not copied anywhere). Launch
     dependencies follow 5.5 slot by slot; an output of another dtype is written to a scratch
     buffer and converted on store; an output tensor that is also an input kernels read is
-    first copied, so no kernel reads what it overwrites.
+    first copied, so no kernel reads what it overwrites. Every buffer is allocated before
+    anything changes: TileOutOfMemory leaves the tensors and the program as they were.
     """
     schedule = program.schedule
     with runtime.lock:
         slots: list[BufferState] = [None] * len(schedule.slot_names)  # type: ignore[list-item]
         for name, slot in schedule.inputs:
             slots[slot] = inputs[name]
-        if program.temporaries is None:
-            program.temporaries = [runtime.allocate(nbytes) for _, nbytes in schedule.temporaries]
-        for (slot, _), state in zip(schedule.temporaries, program.temporaries, strict=True):
+        temporaries = program.temporaries
+        if temporaries is None:
+            shapes, names = program.kernel_list.shapes, schedule.slot_names
+            temporaries = [
+                runtime.allocate(nbytes, Contents.of(names[slot], shapes[names[slot]]))
+                for slot, nbytes in schedule.temporaries
+            ]
+        for (slot, _), state in zip(schedule.temporaries, temporaries, strict=True):
             slots[slot] = state
+        scratch: dict[int, BufferState] = {}  # scratch buffers new in this run
         written: dict[int, Event] = {}  # id(state) -> its last write in this run
         after: list[tuple[BufferState, BufferState, np.dtype, OutputPlan]] = []
         placed: list[BufferState] = []  # output tensors that kernels write directly
@@ -441,19 +495,26 @@ def execute(
                     slots[plan.slot] = target
                     placed.append(target)
                     continue
-                scratch = program.scratch.get(plan.slot)
-                if scratch is None:
-                    scratch = program.scratch[plan.slot] = runtime.allocate(plan.nbytes)
-                slots[plan.slot] = scratch
-                after.append((scratch, target, dtype, plan))
+                state = program.scratch.get(plan.slot) or scratch.get(plan.slot)
+                if state is None:
+                    contents = Contents.of(plan.name, plan.shape)
+                    state = scratch[plan.slot] = runtime.allocate(plan.nbytes, contents)
+                slots[plan.slot] = state
+                after.append((state, target, dtype, plan))
             elif plan.source is OutputSource.INPUT and inputs[plan.input] is not target:
                 after.append((inputs[plan.input], target, dtype, plan))
         for plan in schedule.outputs:  # copied from slots, which are all filled now
             if plan.source is OutputSource.COPY and plan.name in outputs:
                 target, dtype = outputs[plan.name]
                 after.append((slots[plan.slot], target, dtype, plan))
+        copies: list[tuple[BufferState, BufferState]] = []
         if any(state is inputs.get(name) for state in placed for name, _ in schedule.inputs):
-            _separate_aliases(runtime, schedule, slots)
+            copies = _private_copies(runtime, schedule, slots)
+        # Every allocation succeeded: the program keeps its buffers, and the run starts.
+        program.temporaries = temporaries
+        program.scratch.update(scratch)
+        for state, copy in copies:
+            _separate(runtime, schedule, slots, state, copy)
         launches = _launch(program, slots, written, profile)
         for source, target, dtype, plan in after:
             _store(runtime, source, target, dtype, plan, written)
@@ -487,24 +548,35 @@ def _launch(
     return launches
 
 
-def _separate_aliases(runtime: DeviceRuntime, schedule: Schedule, slots: list[BufferState]) -> None:
-    """Give kernels a private copy of any input tensor that is also written in this run."""
-    inputs = {id(slots[slot]): slot for _, slot in schedule.inputs}
-    for step in schedule.steps:
-        for slot in step.writes:
-            state = slots[slot]
-            if id(state) not in inputs:
-                continue
-            copy = runtime.allocate(state.nbytes)
-            event = runtime.executor.copy(
-                state.buffer, 0, copy.buffer, 0, state.nbytes, state.read_deps()
-            )
-            state.note_read(event)
-            copy.note_write(event)
-            for _, input_slot in schedule.inputs:
-                if slots[input_slot] is state:
-                    slots[input_slot] = copy
-            del inputs[id(state)]
+def _private_copies(
+    runtime: DeviceRuntime, schedule: Schedule, slots: list[BufferState]
+) -> list[tuple[BufferState, BufferState]]:
+    """A new buffer for each input tensor that is also written in this run (its private
+    copy, filled by `_separate`), all allocated before any is filled."""
+    inputs = {id(slots[slot]): slots[slot] for _, slot in schedule.inputs}
+    aliased = {
+        id(slots[slot]): slots[slot]
+        for step in schedule.steps
+        for slot in step.writes
+        if id(slots[slot]) in inputs
+    }
+    return [(state, runtime.allocate(state.nbytes, state.contents)) for state in aliased.values()]
+
+
+def _separate(
+    runtime: DeviceRuntime,
+    schedule: Schedule,
+    slots: list[BufferState],
+    state: BufferState,
+    copy: BufferState,
+) -> None:
+    """Copy input tensor `state` into `copy` and give the kernels that read it the copy."""
+    event = runtime.executor.copy(state.buffer, 0, copy.buffer, 0, state.nbytes, state.read_deps())
+    state.note_read(event)
+    copy.note_write(event)
+    for _, input_slot in schedule.inputs:
+        if slots[input_slot] is state:
+            slots[input_slot] = copy
 
 
 def _store(
