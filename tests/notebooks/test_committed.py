@@ -33,5 +33,10 @@ def test_committed_without_outputs(path: Path) -> None:
 
 
 def test_make_test_executes_the_notebooks() -> None:
-    recipe = (REPO / "Makefile").read_text().split("\ntest:", 1)[1].split("\n\n", 1)[0]
-    assert "MPLBACKEND=Agg $(PY) -m pytest --nbmake notebooks" in recipe
+    makefile = (REPO / "Makefile").read_text()
+
+    def recipe(target: str) -> str:
+        return makefile.split(f"\n{target}:", 1)[1].split("\n\n", 1)[0]
+
+    assert "$(MAKE) --no-print-directory suites" in recipe("test")  # after choosing OpenCL
+    assert "MPLBACKEND=Agg $(PY) -m pytest --nbmake notebooks" in recipe("suites")
