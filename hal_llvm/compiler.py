@@ -13,7 +13,9 @@ module works (and is tested) without it. ZERO and COPY kernels have no body; the
 
 Compilation holds a process-wide lock (llvmlite does not document concurrent compilation as
 safe), and each engine gets its own target machine: MCJIT takes ownership of it, and sharing
-one between engines double-frees it (PERFORMANCE.md 4.2).
+one between engines double-frees it (PERFORMANCE.md 4.2). Each module also gets its own LLVM
+context, so that everything a module interned (types, constants) is freed with its engine
+when the program cache evicts the program, not kept by LLVM's global context.
 """
 
 from __future__ import annotations
@@ -22,11 +24,13 @@ import functools
 import importlib
 import os
 import re
+import sys
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import llvmlite.binding as llvm
+from llvmlite.binding import ffi
 
 from hal.errors import BackendCompileError, HalError, UnsupportedOnDevice
 from hal.interfaces import Compiler, Library
@@ -56,13 +60,27 @@ def host() -> HostCpu:
 
 
 class JitModule:
-    """One optimised, JIT-compiled LLVM module: the engine and everything it needs alive."""
+    """One optimised, JIT-compiled LLVM module: the engine and everything it needs alive.
 
-    def __init__(self, name: str, engine: Any, target_machine: Any, functions: dict[str, str]):
+    It owns the module's LLVM context and frees it after the engine (which owns the module):
+    left to llvmlite, a garbage cycle could finalize the context first."""
+
+    def __init__(
+        self, name: str, engine: Any, target_machine: Any, context: Any, functions: dict[str, str]
+    ) -> None:
         self.name = name
         self._engine = engine
         self._target_machine = target_machine  # owned by the engine; kept for clarity
+        self._context = context
+        context._owned = True  # llvmlite's finalizer leaves it to __del__
         self.functions = functions  # optimised IR text of each defined function, by name
+
+    def __del__(self) -> None:
+        if sys.is_finalizing():
+            return
+        self._engine.close()
+        ffi.lib.LLVMPY_ContextDispose(self._context)
+        self._context.detach()
 
     def address(self, symbol: str) -> int:
         """The address of a function defined in the module; KeyError if there is none."""
@@ -96,8 +114,9 @@ def compile_module(source: ir.Module | str, *, name: str = "tile", vec_size: int
     cpu = host()
     initialise_llvm()
     with _compile_lock:
+        context = llvm.create_context()
         try:
-            module = llvm.parse_assembly(text)
+            module = llvm.parse_assembly(text, context=context)
             module.verify()
         except RuntimeError as error:
             raise BackendCompileError(name, text, str(error), "LLVM rejected the IR") from error
@@ -112,7 +131,9 @@ def compile_module(source: ir.Module | str, *, name: str = "tile", vec_size: int
         tuning.slp_vectorization = True
         tuning.loop_unrolling = True
         passes = llvm.create_pass_builder(machine, tuning)
-        passes.getModulePassManager().run(module, passes)
+        manager = passes.getModulePassManager()
+        manager.run(module, passes)
+        _dispose_pass_manager(manager)
         functions = {
             function.name: str(function)
             for function in module.functions
@@ -123,7 +144,18 @@ def compile_module(source: ir.Module | str, *, name: str = "tile", vec_size: int
             _dump(Path(dump_directory), name, text, str(module), machine.emit_assembly(module))
         engine = llvm.create_mcjit_compiler(module, machine)
         engine.finalize_object()
-    return JitModule(name, engine, machine, functions)
+    return JitModule(name, engine, machine, context, functions)
+
+
+def _dispose_pass_manager(manager: Any) -> None:
+    """Free a module pass manager now. llvmlite 0.50 never frees one: in ModulePassManager's
+    method order ObjectRef's empty `_dispose` hides NewPassManager's, so each compilation
+    leaked its O3 pipeline (~60 KB; issue 10). Done only where the bug is. (llvmlite also
+    never frees a pass builder's instrumentation callbacks, ~15 KB a compilation, which no
+    binding reaches.)"""
+    if type(manager)._dispose is ffi.ObjectRef._dispose:
+        ffi.lib.LLVMPY_DisposeNewModulePassManger(manager)
+        manager.detach()
 
 
 def _dump(directory: Path, name: str, before: str, after: str, assembly: str) -> None:

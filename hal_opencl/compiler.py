@@ -7,10 +7,12 @@ The executor then prepares kernels from the resulting `OpenCLLibrary`.
 
 - Build options: `-cl-mad-enable` (left out under `settings.disable_mad`), plus
   `-cl-fast-relaxed-math` under `settings.fast_math`.
-- Caches, fast to slow: the program cache in `tile`; the compiler's in-process cache
-  `(device id, sha256(source), options) -> BuiltProgram` (identical kernels of different Tile
-  programs share one build, and its kernel objects); pyopencl's binary cache where it keeps
-  one; the driver's own cache (PoCL: `POCL_CACHE_DIR`).
+- Caches, fast to slow: the program cache in `tile`; the compiler's in-process map
+  `(device id, sha256(source), options) -> BuiltProgram`, which holds a build only while a
+  library uses it (identical kernels of different Tile programs share one build and its
+  kernel objects; once `tile` evicts the last program using it, its device code is freed,
+  issue 10); pyopencl's binary cache where it keeps one; the driver's own cache (PoCL:
+  `POCL_CACHE_DIR`).
 - A program's kernel objects are created once, with `cl.Kernel(program, name)`; each has a
   lock, because a `cl.Kernel` holds its arguments between `set_args` and the enqueue.
 - A failed build raises `BackendCompileError` with the driver's log and the generated source.
@@ -24,7 +26,7 @@ import os
 import threading
 import time
 import warnings
-from collections import OrderedDict
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -45,10 +47,8 @@ if TYPE_CHECKING:
 
     Renderer = Callable[[KernelList, RenderOptions], ProgramSource]
 
-_CACHED_PROGRAMS = 256
 
-
-@dataclass(slots=True)
+@dataclass
 class BuiltProgram:
     """A built program with one kernel object (and its lock) per kernel."""
 
@@ -162,13 +162,13 @@ def check_launches(kernel_list: KernelList, device: OpenCLDevice) -> None:
 
 
 class OpenCLCompiler(Compiler):
-    """KernelList -> OpenCLLibrary, with an in-process cache of built programs."""
+    """KernelList -> OpenCLLibrary, sharing the builds that libraries still use."""
 
-    def __init__(self, renderer: Renderer | None = None, cache_size: int = _CACHED_PROGRAMS):
+    def __init__(self, renderer: Renderer | None = None) -> None:
         self.renderer: Renderer = renderer or render_program
-        self.cache_size = cache_size
         self.builds = 0  # programs actually built (cache misses)
-        self._cache: OrderedDict[tuple[str, str, tuple[str, ...]], BuiltProgram] = OrderedDict()
+        self._cache: weakref.WeakValueDictionary[tuple[str, str, tuple[str, ...]], BuiltProgram]
+        self._cache = weakref.WeakValueDictionary()
         self._lock = threading.Lock()
 
     def build(self, kernel_list: KernelList, device: OpenCLDevice) -> OpenCLLibrary:  # type: ignore[override]
@@ -202,10 +202,6 @@ class OpenCLCompiler(Compiler):
                 )
                 self.builds += 1
                 self._cache[key] = built
-                while len(self._cache) > self.cache_size:
-                    self._cache.popitem(last=False)
-            else:
-                self._cache.move_to_end(key)
         return OpenCLLibrary(kernel_list, program_source, built, options)
 
     def clear(self) -> None:
