@@ -12,8 +12,9 @@ stderr and carries on, so a case can pass with a report: here each suite runs th
 conformance runner with the workers' stderr joined to its output, every line that is not the
 runner's own is a report of the case whose result follows it, and any report fails the run
 like a failed case. One report is pyopencl's and is left out: its probe for an NVIDIA-only
-device query (`VENDOR_PROBE`). Oclgrind's device is of every type, so tile gives it the GPU
-preset (work-groups, local memory, barriers).
+device query (`VENDOR_PROBE`). A case whose worker crashed runs once more, alone
+(`rerun_crashes`: Oclgrind's runtime is not thread-safe). Oclgrind's device is of every type,
+so tile gives it the GPU preset (work-groups, local memory, barriers).
 The last line counts cases: `oclgrind: N passed, N failed, N with reports`.
 """
 
@@ -29,7 +30,7 @@ from hal_opencl.vendors import loader_directory
 
 REPO = Path(__file__).resolve().parents[1]
 DEVICE = "opencl:oclgrind"
-CHECKS = {"OCLGRIND_CHECK_API": "1", "OCLGRIND_DATA_RACES": "1"}
+CHECKS = {"OCLGRIND_CHECK_API": "1", "OCLGRIND_DATA_RACES": "1", "PYTHONFAULTHANDLER": "1"}
 # pyopencl, not tile: before it builds a program and for every new kernel it asks each device
 # for CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV (pyopencl.characterize.nv_compute_capability) and
 # takes the error as "not NVIDIA"; Oclgrind's API check reports each such query as this block.
@@ -65,15 +66,18 @@ def diagnostics(lines: list[str]) -> list[str]:
     return [line for block in kept for line in [*block, ""]]
 
 
+CRASH = "Crash: worker process died"
+
+
 def run_suite(
     shared: Path, suite: str, name_filter: str | None
-) -> tuple[int, int, dict[str, list[str]]]:
-    """Passed and failed cases of one suite, and each case's report lines."""
+) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """Each case's result line (PASS or FAIL ...) in one suite, and each case's reports."""
     command = [sys.executable, str(shared / "conformance" / "run.py"), str(shared / suite)]
     command += ["--device", DEVICE, "--verbose", "--timeout", "600"]
     command += ["--filter", name_filter] if name_filter else []
     environment = {**os.environ, **CHECKS, "OCL_ICD_VENDORS": str(oclgrind_icd())}
-    passed = failed = 0
+    results: dict[str, str] = {}
     reports: dict[str, list[str]] = {}
     pending: list[str] = []
     with subprocess.Popen(
@@ -88,8 +92,7 @@ def run_suite(
                 continue
             if line.startswith(("PASS ", "FAIL ")):
                 case = line.split()[1].rstrip(":")
-                passed += line.startswith("PASS ")
-                failed += line.startswith("FAIL ")
+                results[case] = line
                 if line.startswith("FAIL "):
                     print(line, flush=True)
                 if diagnostics(pending):
@@ -99,9 +102,30 @@ def run_suite(
     if diagnostics(pending):
         reports["(after the last case)"] = diagnostics(pending)
         print("REPORT after the last case:\n" + "\n".join(pending), flush=True)
-    if process.returncode != 0 and failed == 0:
-        failed += 1  # the runner itself failed (no cases, a worker that never started)
-    return passed, failed, reports
+    if name_filter and not results:
+        return results, reports  # the filter names no case of this suite
+    if process.returncode != 0 and not any(r.startswith("FAIL") for r in results.values()):
+        results["(the runner)"] = f"FAIL the runner exited with status {process.returncode}"
+    return results, reports
+
+
+def rerun_crashes(
+    shared: Path, suite: str, results: dict[str, str], reports: dict[str, list[str]]
+) -> None:
+    """Run each case whose worker crashed once more, alone; one that passes then without a
+    report counts as passed. Oclgrind's runtime is not safe for API calls from several host
+    threads at once (tile's submitter and watcher threads, and the caller's): a
+    pyopencl-only script that enqueues kernels on one thread while another maps buffers
+    segfaults it most runs, and the full suites crash about once in 15 runs, at a different
+    case each time. A case that crashes twice still fails."""
+    for case, line in list(results.items()):
+        if CRASH not in line:
+            continue
+        again, again_reports = run_suite(shared, suite, case)
+        if again.get(case, "").startswith("PASS ") and case not in again_reports:
+            print(f"RERUN {case}: passed alone (the crash was Oclgrind's runtime)", flush=True)
+            results[case] = again[case]
+            reports.pop(case, None)
 
 
 def main(arguments: list[str] | None = None) -> int:
@@ -111,7 +135,10 @@ def main(arguments: list[str] | None = None) -> int:
     args = parser.parse_args(arguments)
     totals = [0, 0, 0]
     for suite in SUITES:
-        passed, failed, reports = run_suite(args.shared, suite, args.filter)
+        results, reports = run_suite(args.shared, suite, args.filter)
+        rerun_crashes(args.shared, suite, results, reports)
+        passed = sum(line.startswith("PASS ") for line in results.values())
+        failed = len(results) - passed
         print(f"{suite}: {passed} passed, {failed} failed, {len(reports)} with reports")
         totals = [totals[0] + passed, totals[1] + failed, totals[2] + len(reports)]
     print(f"oclgrind: {totals[0]} passed, {totals[1]} failed, {totals[2]} with reports")

@@ -3,7 +3,14 @@ except pyopencl's probe for an NVIDIA-only device query."""
 
 from __future__ import annotations
 
-from tests.oclgrind import VENDOR_PROBE, diagnostics
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tests import oclgrind
+from tests.oclgrind import CRASH, VENDOR_PROBE, diagnostics
+
+if TYPE_CHECKING:
+    import pytest
 
 PROBE = ["", VENDOR_PROBE[0], *(f"\t{line}" for line in VENDOR_PROBE[1:]), ""]
 RACE = [
@@ -22,3 +29,16 @@ def test_reports_are_kept_and_the_vendor_probe_is_not() -> None:
     assert not [line for line in kept if "clGetDeviceInfo" in line]
     other_api_error = [VENDOR_PROBE[0], "\tFunction: clSetKernelArg", "\tError:    CL_INVALID"]
     assert diagnostics(other_api_error)
+
+
+def test_a_crashed_case_runs_again_alone_and_fails_only_if_it_fails_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    again = {"a": ("PASS a", {}), "b": (f"FAIL b: {CRASH} (exit status -11)", {"b": ["trace"]})}
+    monkeypatch.setattr(oclgrind, "run_suite", lambda _s, _u, case: ({case: again[case][0]},
+                                                                      again[case][1]))
+    results = {"a": f"FAIL a: {CRASH} (exit status -11)", "b": f"FAIL b: {CRASH}", "c": "PASS c"}
+    reports = {"a": ["Fatal Python error: Segmentation fault"], "b": ["trace"]}
+    oclgrind.rerun_crashes(Path("shared"), "spec/cases", results, reports)
+    assert results["a"] == "PASS a" and "a" not in reports
+    assert results["b"].startswith("FAIL b") and reports["b"] == ["trace"]
