@@ -30,7 +30,9 @@ _LAZY = {
 
 
 def make_driver() -> OpenCLDriver:
-    """The registry's entry point for the "opencl" backend (imports pyopencl)."""
+    """The registry's entry point for the "opencl" backend (imports pyopencl). The drivers'
+    caches are set up first (`driver_cache.prepare`), before pyopencl or a driver loads."""
+    importlib.import_module("hal_opencl.driver_cache").prepare()
     return importlib.import_module("hal_opencl.device").make_driver()
 
 

@@ -11,8 +11,7 @@ The executor then prepares kernels from the resulting `OpenCLLibrary`.
   `(device id, sha256(source), options) -> BuiltProgram`, which holds a build only while a
   library uses it (identical kernels of different Tile programs share one build and its
   kernel objects; once `tile` evicts the last program using it, its device code is freed,
-  issue 10); pyopencl's binary cache where it keeps one; the driver's own cache (PoCL:
-  `POCL_CACHE_DIR`).
+  issue 10); on disk, tile's store of checked driver caches and binaries (`driver_cache`).
 - A program's kernel objects are created once, with `cl.Kernel(program, name)`; each has a
   lock, because a `cl.Kernel` holds its arguments between `set_args` and the enqueue.
 - A failed build raises `BackendCompileError` with the driver's log and the generated source.
@@ -35,6 +34,7 @@ import pyopencl as cl
 
 from hal.errors import BackendCompileError, HalError, UnsupportedOnDevice
 from hal.interfaces import Compiler, Library
+from hal_opencl import driver_cache
 from hal_opencl.device import build_log
 from hal_opencl.program import ProgramSource, render_program
 from hal_opencl.render import RenderOptions, hoisted_locals
@@ -76,7 +76,7 @@ def build_program(
     with warnings.catch_warnings():  # the log is kept on the result instead
         warnings.simplefilter("ignore", cl.CompilerWarning)
         try:
-            program.build(options=list(options), devices=[cl_device])
+            program = driver_cache.build(program, context, cl_device, source, options)
         except cl.Error as error:
             log = build_log(program, cl_device).strip() or str(error)
             message = f"the OpenCL compiler of {device} rejected {name!r}"

@@ -42,7 +42,7 @@ import pyopencl as cl
 from hal.environment import flag
 from hal.errors import DeviceUnavailableError
 from hal.interfaces import Device, DeviceKind, DeviceSet, Driver
-from hal_opencl import vendors
+from hal_opencl import driver_cache, vendors
 from hal_opencl.executor import OpenCLExecutor
 from hal_opencl.platforms import HIDDEN, matches, order_platforms, platform_key
 from hal_opencl.queue import DeviceQueue
@@ -240,7 +240,7 @@ def compile_problem(cl_device: cl.Device) -> str | None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", cl.CompilerWarning)
         try:
-            program.build(devices=[cl_device])
+            driver_cache.build(program, context, cl_device, PROBE_SOURCE)
         except cl.Error as error:
             log = build_log(program, cl_device) or str(error)
             lines = [line.strip() for line in log.splitlines() if line.strip()]
