@@ -35,7 +35,7 @@ import pyopencl as cl
 from hal.errors import BackendCompileError, HalError, UnsupportedOnDevice
 from hal.interfaces import Compiler, Library
 from hal_opencl import driver_cache
-from hal_opencl.device import build_log
+from hal_opencl.build import build_log
 from hal_opencl.program import ProgramSource, render_program
 from hal_opencl.render import RenderOptions, hoisted_locals
 

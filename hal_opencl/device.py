@@ -43,6 +43,7 @@ from hal.environment import flag
 from hal.errors import DeviceUnavailableError
 from hal.interfaces import Device, DeviceKind, DeviceSet, Driver
 from hal_opencl import driver_cache, vendors
+from hal_opencl.build import build_log
 from hal_opencl.executor import OpenCLExecutor
 from hal_opencl.platforms import HIDDEN, matches, order_platforms, platform_key
 from hal_opencl.queue import DeviceQueue
@@ -220,14 +221,6 @@ class OpenCLDevice(Device):
 
 PROBE_SOURCE = "__kernel void tile_probe(__global int *out) { out[0] = 1; }"
 UNKNOWN_CPU = "unknown target CPU"  # the driver's log when its LLVM cannot name the host CPU
-
-
-def build_log(program: cl.Program, cl_device: cl.Device) -> str:
-    """The driver's build log of `program` for `cl_device` ("" when it has none)."""
-    try:
-        return str(program.get_build_info(cl_device, cl.program_build_info.LOG) or "")
-    except cl.Error:
-        return ""
 
 
 def compile_problem(cl_device: cl.Device) -> str | None:
