@@ -7,13 +7,14 @@ independent of the kernel generators and the back ends.
 
 Tolerances: integers and booleans are exact; floats pass when
 `|got - want| <= rtol * |want| + atol * max(1, max |want|)` with (rtol, atol) of the
-narrowest float type among the output and the float inputs (a float64 output may hold a
-float32 subexpression) from the table below, which covers rounding every intermediate to its
-type (float16 chains round at every operation) and summation in a different order.
+narrowest float type among the output, the float inputs and the float conversions (a float64 output
+may hold a float32 subexpression) from the table below, which covers rounding every intermediate to
+its type (float16 chains round at every operation) and summation in a different order.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -52,6 +53,14 @@ def poison(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     return np.full(shape, 0xA5, np.uint8).repeat(dtype.itemsize).view(dtype).reshape(shape)
 
 
+def precisions(case: Case) -> tuple[np.dtype, ...]:
+    """The element types a case computes in besides its outputs': its inputs' and those of
+    its float conversions (`as_float(X, 32)` makes float32 values inside a float64 program)."""
+    widths = re.findall(r"as_float\([^;]*?,\s*(16|32|64)\s*\)", case.source)
+    converted = tuple(np.dtype(f"float{width}") for width in widths)
+    return tuple(np.asarray(value).dtype for value in case.inputs.values()) + converted
+
+
 def reference(case: Case) -> dict[str, np.ndarray]:
     bound = tile.Function(case.source).bind(case.inputs)
     return evaluate(bound, case.inputs)
@@ -78,7 +87,7 @@ def judge(case: Case, want: dict[str, np.ndarray]) -> str:
     for name, value in floats.items():
         scaled[name] = value.astype(np.float64) * (1 + 2 * float(np.finfo(value.dtype).eps))
     moved = evaluate(bound, scaled)
-    types = tuple(np.asarray(value).dtype for value in case.inputs.values())
+    types = precisions(case)
     for name, value in want.items():
         output = np.dtype(bound.outputs[name][1])
         if compare(moved[name].astype(output), value, output, types):
@@ -140,8 +149,7 @@ def check(case: Case, device: tile.Device | str) -> Outcome:
     problems = []
     for name, value in want.items():
         dtype = np.dtype(outputs[name].dtype)
-        types = tuple(np.asarray(value).dtype for value in case.inputs.values())
-        problem = compare(got[name], value, dtype, types)
+        problem = compare(got[name], value, dtype, precisions(case))
         if problem:
             problems.append(f"{name}: {problem}")
     return Outcome("mismatch", "; ".join(problems)) if problems else Outcome("ok")
