@@ -33,10 +33,10 @@ from tile.cli_inputs import (
     pick_device,
 )
 from tile.debug import distinct_sources
+from tile.execute import compile_program
 from tile.flatten import flatten
 from tile.fuse import plan_program
 from tile.generate import generate_program
-from tile.runtime import compile_program
 
 if TYPE_CHECKING:
     import argparse

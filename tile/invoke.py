@@ -27,16 +27,18 @@ from tile.cache import (
     tensor_entry,
 )
 from tile.errors import DeviceMismatch, TileBindError, diagnostic
+from tile.execute import compile_program, execute
 from tile.function import Function as FrontEndFunction
-from tile.runtime import compile_program, execute, wait_events
+from tile.runtime import wait_events
 from tile.schedule import OutputSource
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from hal.interfaces import Event
     from tile.cache import SignatureEntry
+    from tile.execute import CompiledProgram, RunRecord
     from tile.program import BoundProgram
-    from tile.runtime import CompiledProgram, Event, RunRecord
 
 
 # ---- functions ------------------------------------------------------------------------------
