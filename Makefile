@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m tile.demo
+	$(PY) -m tile.cli.demo
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

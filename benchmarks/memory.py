@@ -1,5 +1,5 @@
 """Does memory plateau once the program cache evicts? Calls one function with a new input
-shape each time (every call compiles a program; past `tile.cache.PROGRAM_CACHE_SIZE` the
+shape each time (every call compiles a program; past `tile.runtime.cache.PROGRAM_CACHE_SIZE` the
 oldest is evicted), in a fresh process per device, and prints the resident set size after
 the first `--warm` shapes and after all `--shapes`, and the growth between them.
 

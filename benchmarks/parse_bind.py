@@ -8,9 +8,9 @@ import time
 
 import numpy as np
 
-from tile.bind import bind
-from tile.check import check
-from tile.parse import parse
+from tile.bind.binder import bind
+from tile.lang.check import check
+from tile.lang.parse import parse
 
 
 def program(statements: int) -> str:

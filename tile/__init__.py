@@ -1,9 +1,11 @@
 """Tile: a tensor compiler for the Tile contraction language.
 
-The public API (ARCHITECTURE 9) lives in `tile.api` (devices, tensors) and `tile.invoke`
-(functions, invokers, invocations, `run`) and is re-exported here with the errors of
-`tile.errors` and `DType`. The front end (`tile.function`, `tile.bind`, ...) needs no
-device; the device layer (`tile.api`, `tile.runtime`, `tile.cache`) talks to the HAL.
+The public API (ARCHITECTURE 9) lives in `tile.runtime.api` (devices, tensors) and
+`tile.runtime.invoke` (functions, invokers, invocations, `run`) and is re-exported here with the
+errors of
+`tile.errors` and `DType`. The front end (`tile.bind.function`, `tile.bind.binder`, ...) needs no
+device; the device layer (`tile.runtime.api`, `tile.runtime.device`, `tile.runtime.cache`) talks to
+the HAL.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 import logging
 
 from semtree.types import DType, TensorShape
-from tile.api import Device, Tensor, device, devices
 from tile.errors import (
     BackendCompileError,
     DeviceError,
@@ -26,7 +27,8 @@ from tile.errors import (
     TileTypeError,
     TileUnsupported,
 )
-from tile.invoke import Function, Invocation, Invoker, run
+from tile.runtime.api import Device, Tensor, device, devices
+from tile.runtime.invoke import Function, Invocation, Invoker, run
 
 logging.getLogger("tile").addHandler(logging.NullHandler())
 

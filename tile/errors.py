@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from tile.syntax import Span
+    from tile.lang.syntax import Span
 
 SYNTAX_CODES = frozenset({"E-LEX", "E-SYNTAX", "E-LIMIT"})
 BIND_CODES = frozenset({"E-BIND"})

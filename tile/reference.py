@@ -1,10 +1,10 @@
 """An independent reference evaluator of bound programs, written from the spec with numpy.
 
-`evaluate(bound, inputs)` computes every output of a `BoundProgram` (what `tile.bind` makes of
-a function and its inputs) op by op, straight from the language specification, without the
-kernel generator (`tile.flatten`, `tile.fuse`, `tile.gen_*`), the kernel IR (`semtree`
-beyond the `DType` names) or any device. It is the judge when devices disagree
-(`tile run --check`) and the yardstick of tests.
+`evaluate(bound, inputs)` computes every output of a `BoundProgram` (what `tile.bind.binder` makes
+of a function and its inputs) op by op, straight from the language specification, without the kernel
+generator (`tile.lower.flatten`, `tile.lower.fuse`, `tile.gen_*`), the kernel IR (`semtree` beyond
+the `DType` names) or any device. It is the judge when devices disagree (`tile run --check`) and the
+yardstick of tests.
 
 Arithmetic:
 
@@ -18,12 +18,12 @@ Arithmetic:
   range, which the spec leaves to the implementation; NaN gives 0), anything to bool is
   `x != 0`;
 * contractions (spec 8.4-8.9): the valid tuples are enumerated over the index box of
-  `tile.bounds` in chunks, vectorised: a tuple is valid when every access and constraint
+  `tile.bind.bounds` in chunks, vectorised: a tuple is valid when every access and constraint
   polynomial is an integer in its range; values combine by 8.5 and aggregate with
   `np.add.at` and friends; unwritten elements are 0 or the default's;
 * `prng_value`/`prng_state` follow the lane algorithm of spec 9.6 bit for bit.
 
-`evaluate_function(function, inputs)` binds a source text or `tile.function.Function` first.
+`evaluate_function(function, inputs)` binds a source text or `tile.bind.function.Function` first.
 """
 
 from __future__ import annotations
@@ -35,17 +35,17 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from semtree.types import DType
-from tile.bounds import index_bounds
-from tile.function import Function
-from tile.polynomial import RangeConstraint
-from tile.program import ConstBinding, OpKind, TensorBinding
-from tile.syntax import AggOp, CombOp
+from tile.bind.bounds import index_bounds
+from tile.bind.function import Function
+from tile.bind.polynomial import RangeConstraint
+from tile.bind.program import ConstBinding, OpKind, TensorBinding
+from tile.lang.syntax import AggOp, CombOp
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
 
-    from tile.polynomial import Polynomial
-    from tile.program import BoundContraction, BoundOp, BoundProgram
+    from tile.bind.polynomial import Polynomial
+    from tile.bind.program import BoundContraction, BoundOp, BoundProgram
 
 __all__ = ["ReferenceUnsupported", "evaluate", "evaluate_function", "valid_tuples", "work"]
 
@@ -81,7 +81,7 @@ def evaluate(bound: BoundProgram, inputs: Mapping[str, np.ndarray]) -> dict[str,
 def evaluate_function(
     function: Function | str, inputs: Mapping[str, object], floatx: object = "float32"
 ) -> dict[str, np.ndarray]:
-    """Bind `function` (a `tile.function.Function` or its source) to `inputs` as
+    """Bind `function` (a `tile.bind.function.Function` or its source) to `inputs` as
     `Function.bind` does (0-d arrays and numbers are constants) and evaluate it."""
     if isinstance(function, str):
         function = Function(function, floatx=floatx)
@@ -367,7 +367,7 @@ def work(bound: BoundProgram) -> int:
 @dataclass(frozen=True, slots=True)
 class _Space:
     """The index space of one contraction: each access (output first) and user constraint
-    as (polynomial, range) pairs, and the box of `tile.bounds` holding every valid tuple."""
+    as (polynomial, range) pairs, and the box of `tile.bind.bounds` holding every valid tuple."""
 
     names: tuple[str, ...]
     accesses: list[list[tuple[Polynomial, int]]]

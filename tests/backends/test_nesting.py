@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import tile
-from tests.frontend.test_nesting import ELEMENTWISE, polynomial_program, program
+from tests.lang.test_nesting import ELEMENTWISE, polynomial_program, program
 from tests.shipped import SHIPPED, shipped_devices
-from tile.parse import MAX_NESTING
+from tile.lang.parse import MAX_NESTING
 
 A = np.array([0.5, -1.5, 2.0], np.float32)
 DEPTH = MAX_NESTING

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import tile
-from tile import cli_run
-from tile.cli import main
+from tile.cli import run as cli_run
+from tile.cli.main import main
 from tile.reference import ReferenceUnsupported
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""TILE_DEBUG, TILE_DUMP_DIR and the `tile` logger (tile.debug), in process."""
+"""TILE_DEBUG, TILE_DUMP_DIR and the `tile` logger (tile.runtime.debug), in process."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 import tile
 from semtree.kernel import HardwareSettings
-from tile import debug
+from tile.runtime import debug
 
 if TYPE_CHECKING:
     from pathlib import Path

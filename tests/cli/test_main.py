@@ -1,4 +1,4 @@
-"""The command line in process (`tile.cli.main`): every dump stage, options, usage errors."""
+"""The command line in process (`tile.cli.main.main`): every dump stage, options, usage errors."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 
 import tile
 from semtree.types import DType
-from tile.cli import main
-from tile.cli_inputs import make_inputs, parse_dtypes, parse_shapes, parse_values
-from tile.cli_run import difference
+from tile.cli.inputs import make_inputs, parse_dtypes, parse_shapes, parse_values
+from tile.cli.main import main
+from tile.cli.run import difference
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -12,7 +12,7 @@ multiples of 8 and 16 ± 1 up to a few hundred; tensors stay small enough that a
 in milliseconds, except the `split` family, whose reductions are large enough to be split
 into a partials kernel and a total kernel.
 
-Families and the paths they aim at (tile.generate):
+Families and the paths they aim at (tile.lower.generate):
 - `reduce`: every aggregation over random axes of rank 1-3 tensors, every dtype (generic
   kernels, lane reductions when the innermost reduction is contiguous and a multiple of 8);
 - `matmul`: `+(A * B)` with transposed layouts, batches and fused epilogues (register-tiled

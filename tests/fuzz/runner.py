@@ -7,7 +7,7 @@ case it had started is recorded as a crash with the exit status and the end of i
 and a new worker goes on with the next case.
 
 `target` names a device with an optional `+gpu` suffix: `opencl.0+gpu` runs opencl.0 with
-`TILE_FORCE_GPU_SETTINGS=1` (the GPU-style kernels, tile.gen_gpu).
+`TILE_FORCE_GPU_SETTINGS=1` (the GPU-style kernels, tile.lower.gpu.generate).
 """
 
 from __future__ import annotations

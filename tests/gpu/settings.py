@@ -1,4 +1,4 @@
-"""GPU settings for the tests of the GPU-style kernels (`tile.gen_gpu`).
+"""GPU settings for the tests of the GPU-style kernels (`tile.lower.gpu.generate`).
 
 `POCL_GPU` is the OpenCL GPU preset as PoCL's queries give it (what `TILE_FORCE_GPU_SETTINGS=1`
 gives `opencl.0`), `TYPICAL_GPU` the preset of a common discrete GPU (256 work-items, 48 KiB of

@@ -1,4 +1,4 @@
-"""The integer decisions of the GPU kernels (`tile.gpu_layout`): footprint axes and tilings.
+"""The integer decisions of the GPU kernels (`tile.lower.gpu.layout`): footprint axes and tilings.
 
 The property that makes staging correct: for every index tuple of the box, the local position
 the compute loop reads holds the element the staging loop copied there, i.e. the global offset
@@ -19,12 +19,12 @@ from hypothesis import strategies as st
 import tile
 from semtree.types import DType
 from tests.gpu.settings import POCL_GPU, SMALL_GPU, TYPICAL_GPU
-from tile.flatten import flatten
-from tile.gen_contract import accumulator_dtype
-from tile.gpu_layout import Axis, Staging, choose_tiling, layout
+from tile.lower.contract import accumulator_dtype
+from tile.lower.flatten import flatten
+from tile.lower.gpu.layout import Axis, Staging, choose_tiling, layout
 
 if TYPE_CHECKING:
-    from tile.flat import FlatContraction
+    from tile.lower.flat import FlatContraction
 
 
 def _flat(source: str, **shapes: tuple[int, ...]) -> FlatContraction:

@@ -34,10 +34,10 @@ from hal_opencl.device import FORCE_GPU_SETTINGS, OpenCLDevice, OpenCLDriver, ha
 from hal_opencl.program import render_program
 from hal_opencl.render import RenderOptions
 from semtree.kernel import KernelKind
-from tests.generate.test_conformance import CASES, RUNNER
 from tests.gpu.settings import MID_GPU, SMALL_GPU
+from tests.lower.test_conformance import CASES, RUNNER
 from tests.shipped import missing_opencl, pick
-from tile.generate import generate_program
+from tile.lower.generate import generate_program
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -1,4 +1,5 @@
-"""GPU-style kernels (`tile.gen_gpu`) through the reference interpreter: no device needed.
+"""GPU-style kernels (`tile.lower.gpu.generate`) through the reference interpreter: no device
+needed.
 
 The interpreter runs every work-item of a grid in lockstep, checks that whole work-groups
 reach each barrier, and reports a data race on local memory (an element one work-item wrote,
@@ -8,7 +9,7 @@ that runs its work-items in any order.
 * every shared case (spec/cases and conformance/cases) under the GPU preset of a common GPU
   and under `SMALL_GPU` (8 work-items, 256 bytes of local memory), compared with the expected
   outputs exactly as `shared/conformance/run.py` compares them;
-* random contractions (`tests.generate.strategies`) against the specification;
+* random contractions (`tests.lower.strategies`) against the specification;
 * the shape of the kernels: operands staged in local memory between barriers for matmuls,
   convolutions and reductions; work-groups of `threads` work-items everywhere;
 * the checks themselves: a kernel with a barrier removed is reported as racy.
@@ -30,12 +31,12 @@ import tile
 from semtree.kernel import KernelKind
 from semtree.nodes import Barrier, Block, Declare, Node, rewrite, walk
 from semtree.types import Region
-from tests.generate.harness import run_kernel_list, run_program
-from tests.generate.strategies import contractions, reference_contraction
-from tests.generate.test_conformance import CASES, RUNNER
 from tests.gpu.settings import MID_GPU, SMALL_GPU, TYPICAL_GPU
+from tests.lower.harness import run_kernel_list, run_program
+from tests.lower.strategies import contractions, reference_contraction
+from tests.lower.test_conformance import CASES, RUNNER
 from tests.reference import InterpreterError
-from tile.generate import generate_program
+from tile.lower.generate import generate_program
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -202,8 +203,8 @@ def test_a_missing_barrier_is_reported_as_a_race() -> None:
 def test_two_dimensional_grids(monkeypatch: pytest.MonkeyPatch) -> None:
     """More work-groups than one grid row holds: the groups are numbered across two grid
     dimensions and the padding groups do nothing (the limit is lowered to reach this)."""
-    monkeypatch.setattr("tile.gpu_layout.INDEX_LIMIT", 8 * 6)
-    monkeypatch.setattr("tile.gen_gpu.INDEX_LIMIT", 8 * 5)
+    monkeypatch.setattr("tile.lower.gpu.layout.INDEX_LIMIT", 8 * 6)
+    monkeypatch.setattr("tile.lower.gpu.generate.INDEX_LIMIT", 8 * 5)
     rng = np.random.default_rng(1)
     a = rng.integers(-3, 4, (37, 5)).astype(np.float32)
     b = rng.integers(-3, 4, (5, 17)).astype(np.float32)

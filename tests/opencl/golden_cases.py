@@ -18,8 +18,8 @@ from semtree.nodes import Builtin, Cond, Limit
 from semtree.types import DType, Region, Type, TypeBase
 from tests.opencl.harness import kernel, kernel_list
 from tests.semtree.kernels import elementwise_vec4, group_sum, matmul_tile
-from tile import gen_split
-from tile.generate import generate_program
+from tile.lower import split as gen_split
+from tile.lower.generate import generate_program
 
 if TYPE_CHECKING:
     from collections.abc import Callable

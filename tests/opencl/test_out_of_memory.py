@@ -2,7 +2,7 @@
 allows in one buffer (checked before the driver is asked: PoCL grants more buffers than it
 has memory and allocates on first use), and for a call whose temporary does not fit, which
 changes no bound tensor and keeps no buffer (issue 10). The driver's own refusals are in
-test_memory.py; the same cases on llvm_cpu.0 in tests/api/test_out_of_memory.py."""
+test_memory.py; the same cases on llvm_cpu.0 in tests/runtime/test_out_of_memory.py."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import tile
-from tests.api.test_out_of_memory import (
+from tests.runtime.test_out_of_memory import (
     THREE_TEMPORARIES,
     assert_unchanged,
     check_error,

@@ -1,0 +1,129 @@
+"""Split reductions (`tile.lower.split`): a large reduction to fewer elements than the device
+wants work-groups becomes a partials kernel and a total kernel. Which programs split, and
+that both forms compute what numpy does in float64 — through the reference interpreter
+(temporaries and outputs poisoned) with a lowered threshold, and on llvm_cpu.0."""
+
+from __future__ import annotations
+
+from unittest import mock
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tile
+from tests.lower.harness import LLVM_CPU, run_program
+from tile.lower import split as gen_split
+from tile.lower.generate import generate_program
+
+TOTAL = "function (X[N]) -> (O) { O[] = +(X[i]); }"
+LARGEST = "function (X[N]) -> (O) { O[] = >(X[i]); }"
+SMALLEST = "function (X[N]) -> (O) { O[] = <(X[i]); }"
+DOT = "function (A[N], B[N]) -> (O) { O[] = +(A[i] * B[i]); }"
+PER_ROW = "function (X[M, N]) -> (O) { O[m: M] = +(X[m, n]); }"
+
+
+def rand(*shape: int, dtype: type = np.float32, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+def kernel_names(source: str, inputs: dict[str, np.ndarray]) -> list[str]:
+    kernel_list = generate_program(tile.Function(source).bind(inputs), LLVM_CPU)
+    return [kernel.name for kernel in kernel_list.kernels]
+
+
+def test_which_reductions_split() -> None:
+    big = rand(1 << 22)
+    assert kernel_names(TOTAL, {"X": big}) == ["tile_0_part", "tile_0"]
+    assert kernel_names(DOT, {"A": big, "B": big}) == ["tile_0_part", "tile_0"]
+    assert kernel_names(PER_ROW, {"X": rand(2, 1 << 21)}) == ["tile_0_part", "tile_0"]
+    assert kernel_names(TOTAL, {"X": rand(4096)}) == ["tile_0"]  # too little work
+    assert kernel_names(PER_ROW, {"X": rand(64, 1 << 16)}) == ["tile_0"]  # enough elements
+    odd = rand((1 << 22) + 3)  # no lanes
+    assert kernel_names(TOTAL, {"X": odd}) == ["tile_0"]
+    epilogue = "function (X[N]) -> (O) { S[] = +(X[i]); O = S * 2.0; }"
+    assert kernel_names(epilogue, {"X": big}) == ["tile_0"]
+
+
+def test_the_partials_are_a_temporary_of_the_accumulator_type() -> None:
+    x = rand(1 << 22, dtype=np.float16)
+    kernel_list = generate_program(tile.Function(TOTAL).bind({"X": x}), LLVM_CPU)
+    (buffer,) = kernel_list.temporaries
+    shape = kernel_list.shapes[buffer]
+    assert buffer.startswith("_P") and shape.dtype.numpy == np.float32 and shape.dims[0] > 1
+    assert kernel_list.shapes["O"].dtype.numpy == np.float16
+
+
+@pytest.fixture
+def low_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gen_split, "MIN_SPLIT_TUPLES", 1024)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize(
+    ("source", "reference"),
+    [(TOTAL, np.sum), (LARGEST, np.max), (SMALLEST, np.min)],
+    ids=["sum", "max", "min"],
+)
+def test_split_reductions_match_numpy(
+    low_threshold: None, source: str, reference: object, dtype: type
+) -> None:
+    x = rand(4096, dtype=dtype)
+    assert kernel_names(source, {"X": x}) == ["tile_0_part", "tile_0"]
+    got = run_program(source, {"X": x})["O"]
+    want = reference(x.astype(np.float64))  # type: ignore[operator]
+    tolerance = 2e-2 if dtype == np.float16 else 1e-5
+    np.testing.assert_allclose(float(got), want, rtol=tolerance, atol=tolerance)
+
+
+def test_split_with_two_operands_and_rows(low_threshold: None) -> None:
+    a, b = rand(2048), rand(2048, seed=1)
+    assert kernel_names(DOT, {"A": a, "B": b}) == ["tile_0_part", "tile_0"]
+    np.testing.assert_allclose(run_program(DOT, {"A": a, "B": b})["O"], a @ b, rtol=1e-5)
+    x = rand(3, 1024)
+    assert kernel_names(PER_ROW, {"X": x}) == ["tile_0_part", "tile_0"]
+    got = run_program(PER_ROW, {"X": x})["O"]
+    np.testing.assert_allclose(got, x.sum(axis=1), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("source", "reference"),
+    [(TOTAL, np.sum), (LARGEST, np.max), (SMALLEST, np.min)],
+    ids=["sum", "max", "min"],
+)
+def test_llvm_cpu_runs_split_reductions(source: str, reference: object) -> None:
+    x = rand(1 << 22, seed=3)
+    x[12345] = 40.0  # the largest, in the first part
+    x[(1 << 22) - 7] = -40.0  # the smallest, in the last
+    got = tile.run(source, {"X": x}, device="llvm_cpu.0")["O"]
+    want = reference(x.astype(np.float64))  # type: ignore[operator]
+    np.testing.assert_allclose(float(got), want, rtol=1e-5, atol=1e-2)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rows=st.integers(1, 5),
+    vectors=st.integers(2, 40),
+    agg=st.sampled_from(["+", ">", "<"]),
+    product=st.booleans(),
+    split=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_random_lane_reductions(
+    rows: int, vectors: int, agg: str, product: bool, split: bool, seed: int
+) -> None:
+    """Row reductions of 16 to 320 elements, in lanes and possibly split, with one operand or
+    two (one of them constant along the row), against numpy: quarters make every sum exact."""
+    k = 8 * vectors
+    term = "X[m, k] * S[m]" if product else "X[m, k]"
+    source = f"function (X[M, K], S[M]) -> (O) {{ O[m: M] = {agg}({term}); }}"
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-8, 9, (rows, k)).astype(np.float32) / 4
+    s = rng.integers(-8, 9, rows).astype(np.float32) / 4
+    terms = x * s[:, None] if product else x
+    want = {"+": terms.sum(axis=1), ">": terms.max(axis=1), "<": terms.min(axis=1)}[agg]
+    threshold = 64 if split else gen_split.MIN_SPLIT_TUPLES
+    with mock.patch.object(gen_split, "MIN_SPLIT_TUPLES", threshold):
+        got = run_program(source, {"X": x, "S": s})["O"]
+    np.testing.assert_array_equal(got, want)

@@ -1,0 +1,187 @@
+"""The register-tiled vector path (`tile.lower.vector`): which contractions take it, and that
+its kernels compute what numpy does, ragged edges included (reference interpreter)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tile
+from semtree.kernel import KernelKind
+from tests.lower.harness import LLVM_CPU, SCALAR, run_program, tiled
+from tile.lower.generate import generate_program
+
+MATMUL = "function (A[M, K], B[K, N]) -> (C) { C[m, n: M, N] = +(A[m, k] * B[k, n]); }"
+BMM = """function (A[G, M, K], B[G, K, N]) -> (C) {
+    C[g, m, n: G, M, N] = +(A[g, m, k] * B[g, k, n]);
+}"""
+CONV = """function (I[N, X, Y, CI], F[KX, KY, CI, CO]) -> (O) {
+    O[n, x, y, co: N, X - KX + 1, Y - KY + 1, CO] = +(I[n, x + kx, y + ky, ci] * F[kx, ky, ci, co]);
+}"""
+
+SETTINGS = [
+    pytest.param(LLVM_CPU, id="llvm_cpu"),
+    pytest.param(tiled(4), id="vec4"),
+    pytest.param(SCALAR, id="scalar"),
+]
+
+
+def rand(*shape: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def vector_kernels(source: str, settings: object, inputs: dict) -> list:
+    bound = tile.Function(source).bind(inputs)
+    kernel_list = generate_program(bound, settings)  # type: ignore[arg-type]
+    return [
+        k
+        for k in kernel_list.kernels
+        if k.kind is KernelKind.CONTRACTION and "b_row" in str(k.body)
+    ]
+
+
+@pytest.mark.parametrize("settings", SETTINGS)
+@pytest.mark.parametrize(
+    "m, k, n", [(37, 29, 53), (64, 32, 64), (13, 7, 96), (5, 3, 16), (1, 4, 1)]
+)
+def test_matmul(settings: object, m: int, k: int, n: int) -> None:
+    a, b = rand(m, k), rand(k, n, seed=1)
+    assert len(vector_kernels(MATMUL, settings, {"A": a, "B": b})) == 1
+    got = run_program(MATMUL, {"A": a, "B": b}, settings)["C"]  # type: ignore[arg-type]
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_aligned_matmul_uses_full_vectors() -> None:
+    a, b = rand(64, 32), rand(32, 128, seed=1)
+    (kernel,) = vector_kernels(MATMUL, LLVM_CPU, {"A": a, "B": b})
+    widths = {param.name: param.vec_width for param in kernel.params}
+    assert widths == {"C": 16, "A": 1, "B": 16}
+
+
+def test_transposed_operand_order() -> None:
+    """B first in the statement: the roles follow the strides, not the operand order."""
+    source = "function (A[M, K], B[K, N]) -> (C) { C[m, n: M, N] = +(B[k, n] * A[m, k]); }"
+    a, b = rand(19, 11), rand(11, 40, seed=1)
+    assert vector_kernels(source, LLVM_CPU, {"A": a, "B": b})
+    got = run_program(source, {"A": a, "B": b})["C"]
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("settings", SETTINGS)
+def test_bmm(settings: object) -> None:
+    a, b = rand(3, 21, 17), rand(3, 17, 48, seed=1)
+    assert vector_kernels(BMM, settings, {"A": a, "B": b})
+    got = run_program(BMM, {"A": a, "B": b}, settings)["C"]  # type: ignore[arg-type]
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("settings", SETTINGS)
+@pytest.mark.parametrize("co", [32, 7])
+def test_valid_conv(settings: object, co: int) -> None:
+    i, f = rand(2, 9, 10, 5), rand(3, 3, 5, co, seed=1)
+    assert vector_kernels(CONV, settings, {"I": i, "F": f})
+    got = run_program(CONV, {"I": i, "F": f}, settings)["O"]  # type: ignore[arg-type]
+    want = np.zeros((2, 7, 8, co), np.float64)
+    for kx in range(3):
+        for ky in range(3):
+            want += np.einsum("nxyc,cd->nxyd", i[:, kx : kx + 7, ky : ky + 8], f[kx, ky])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_ineligible_contractions_take_the_generic_path() -> None:
+    a, b = rand(8, 8), rand(8, 8, seed=1)
+    epilogue = (
+        "function (A[M, K], B[K, N]) -> (R) { C[m, n: M, N] = +(A[m, k] * B[k, n]); R = relu(C); }"
+    )
+    maximum = "function (A[M, K], B[K, N]) -> (C) { C[m, n: M, N] = >(A[m, k] * B[k, n]); }"
+    guarded = (  # a guard on the vector coordinate n
+        "function (A[M, K], B[K, N]) -> (C) { C[m, n: M, N] = +(A[m, k] * B[k, n]), n + k < 8; }"
+    )
+    for source in (epilogue, maximum, guarded):
+        assert not vector_kernels(source, LLVM_CPU, {"A": a, "B": b})
+    got = run_program(epilogue, {"A": a, "B": b})["R"]
+    np.testing.assert_allclose(got, np.maximum(a @ b, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_integer_contraction_is_not_vectorised() -> None:
+    a = np.arange(12, dtype=np.int32).reshape(3, 4)
+    b = np.arange(20, dtype=np.int32).reshape(4, 5)
+    assert not vector_kernels(MATMUL, LLVM_CPU, {"A": a, "B": b})
+    np.testing.assert_array_equal(run_program(MATMUL, {"A": a, "B": b})["C"], a @ b)
+
+
+TRIANGLE = (
+    "function (A[M, K], B[K, N]) -> (C) { C[m, n: M, N] = +(A[m, k] * B[k, n]), m + k < 20; }"
+)
+PADDED = """function (I[N, X, Y, CI], F[KX, KY, CI, CO]) -> (O) {
+    O[n, x, y, co: N, X, Y, CO] = +(I[n, x + kx - 1, y + ky - 1, ci] * F[kx, ky, ci, co]);
+}"""
+
+
+@pytest.mark.parametrize("settings", SETTINGS)
+def test_guards_on_rows_and_reductions(settings: object) -> None:
+    """Tiles wholly inside, partly inside and wholly outside the guard; the elements outside
+    hold NaN, so a tuple outside the guard that reached an accumulator would show."""
+    a, b = rand(23, 17), rand(17, 40, seed=1)
+    inside = np.add.outer(np.arange(23), np.arange(17)) < 20
+    a[~inside] = np.nan
+    assert len(vector_kernels(TRIANGLE, settings, {"A": a, "B": b})) == 1
+    got = run_program(TRIANGLE, {"A": a, "B": b}, settings)["C"]  # type: ignore[arg-type]
+    np.testing.assert_allclose(got, np.where(inside, a, 0) @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("settings", SETTINGS)
+def test_padded_convolution(settings: object) -> None:
+    i, f = rand(2, 9, 7, 3), rand(3, 3, 3, 32, seed=1)
+    f[0, 0, 0, 0] = np.inf  # reaches only tuples inside the image
+    assert len(vector_kernels(PADDED, settings, {"I": i, "F": f})) == 1
+    got = run_program(PADDED, {"I": i, "F": f}, settings)["O"]  # type: ignore[arg-type]
+    want = np.zeros((2, 9, 7, 32))
+    for kx in range(3):
+        for ky in range(3):  # the outputs whose tuple (kx, ky) is inside the image
+            x0, x1, y0, y1 = max(0, 1 - kx), min(9, 10 - kx), max(0, 1 - ky), min(7, 8 - ky)
+            window = i[:, x0 + kx - 1 : x1 + kx - 1, y0 + ky - 1 : y1 + ky - 1].astype(np.float64)
+            want[:, x0:x1, y0:y1] += np.einsum("nxyc,cd->nxyd", window, f[kx, ky])
+    finite = np.isfinite(want)
+    assert (np.isfinite(got) == finite).all() and not finite[:, 1:, 1:, 0].any()
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-4, atol=1e-4)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    sizes=st.tuples(*(st.integers(1, n) for n in (6, 9, 4, 3, 3, 3, 20))),
+    pads=st.tuples(st.integers(0, 3), st.integers(0, 3)),
+    settings_=st.sampled_from([LLVM_CPU, tiled(4), SCALAR]),
+    seed=st.integers(0, 2**16),
+)
+def test_random_padded_convolutions(
+    sizes: tuple[int, ...], pads: tuple[int, int], settings_: object, seed: int
+) -> None:
+    """2-D convolutions with random sizes and paddings (guards on a grid coordinate, on the
+    row coordinate, both, or neither), against a direct sum over the valid taps."""
+    h, w, ci, kh, kw, out_h, co = sizes
+    ph, pw = pads
+    source = f"""function (I[H, W, CI], F[KH, KW, CI, CO]) -> (O) {{
+        O[y, x, c: {out_h}, W, CO] = +(I[y + i - {ph}, x + j - {pw}, d] * F[i, j, d, c]);
+    }}"""
+    rng = np.random.default_rng(seed)
+    i = rng.integers(-8, 9, (h, w, ci)).astype(np.float32) / 4
+    f = rng.integers(-8, 9, (kh, kw, ci, co)).astype(np.float32) / 4
+    want = np.zeros((out_h, w, co))
+    valid = False
+    for y in range(out_h):
+        for x in range(w):
+            for a in range(kh):
+                for b in range(kw):
+                    if 0 <= y + a - ph < h and 0 <= x + b - pw < w:
+                        want[y, x] += i[y + a - ph, x + b - pw] @ f[a, b]
+                        valid = True
+    if not valid:  # no tuple at all is an error of the program (spec: E-EMPTY)
+        with pytest.raises(tile.TileError, match="E-EMPTY"):
+            run_program(source, {"I": i, "F": f}, settings_)  # type: ignore[arg-type]
+        return
+    assert len(vector_kernels(source, settings_, {"I": i, "F": f})) == 1
+    got = run_program(source, {"I": i, "F": f}, settings_)["O"]  # type: ignore[arg-type]
+    np.testing.assert_array_equal(got, want)  # quarters: every sum is exact

@@ -1,0 +1,2 @@
+"""The command line (`python -m tile ...`) and `make demo`: users of the public API.
+"""

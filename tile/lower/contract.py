@@ -1,0 +1,453 @@
+"""Contraction and elementwise kernel bodies (ARCHITECTURE 8.7).
+
+One generator serves a contraction (from its `FlatContraction`), a contraction with a fused
+elementwise epilogue, and a pure elementwise group. The grid is the output shape, cut into
+tiles (`tile.lower.tiles`); one work-item owns a tile:
+
+    group -> base coordinates of the tile
+    acc[tile] = identity; hit[tile] = false          (contractions only)
+    for each reduction variable:                     (outer: the register-tile micro-kernel)
+        if reduction-only guards:
+            for each element of the tile:            (inner, constant trip counts)
+                coordinates; if inside the shape:
+                    derived variables, if divisible:
+                        if guards: acc = agg(acc, combine(operands)); hit = true
+    for each element of the tile:                    (the output phase)
+        coordinates; if inside the shape:
+            C = hit ? acc : (default element or 0)   (identities never reach memory)
+            epilogue values in registers, each rounded to its Tile type
+            store the values other kernels or the caller need
+
+A contraction without guards or derived variables gives every element at least one tuple,
+so it needs no hit flag; neither does one whose accumulator starts at the value an unwritten
+element must have (0 for `+` and `=` without a default).
+
+Lanes: a float `+`, `>` or `<` reduction whose innermost reduction variable `k` is contiguous
+(stride 1 or 0) in every operand keeps `lanes` partial results per element, lane `l` taking
+`k = c * lanes + l`, and folds them pairwise after the loops. The lanes are independent, so
+the innermost loop vectorizes without reassociating floating-point operations, and the
+summation order is the same on every device that runs these kernels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from semtree import builder as sb
+from semtree.nodes import (
+    Binary,
+    BinOp,
+    Block,
+    Builtin,
+    Call,
+    Expr,
+    For,
+    IntConst,
+    Load,
+    Lookup,
+    Select,
+    Stmt,
+    Store,
+    Subscript,
+)
+from semtree.types import DType, Type, TypeBase
+from tile.bind.program import OpKind
+from tile.lang.syntax import AggOp, CombOp
+from tile.lower.flatten import row_major
+from tile.lower.kernel import Grid, KernelWriter, affine, conjunction, fused_value, product
+from tile.lower.ops import (
+    Typed,
+    combine,
+    constant,
+    convert,
+    identity,
+    zero,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from semtree.kernel import HardwareSettings
+    from semtree.nodes import Function
+    from tile.bind.program import BoundOp
+    from tile.lower.flat import FlatConstraint, FlatContraction
+    from tile.lower.fuse import KernelPlan
+    from tile.lower.kernel import ProgramContext
+
+
+@dataclass(frozen=True, slots=True)
+class GeneratedBody:
+    body: Function
+    outputs: tuple[str, ...]  # buffers, in parameter order
+    inputs: tuple[str, ...]
+    global_size: tuple[int, int, int]
+    flops: int
+    bytes: int
+
+
+@dataclass(slots=True)
+class TileElement:
+    """One element of a work-group's tile, as the loop nest over the tile sees it."""
+
+    coordinates: list[Expr]  # one INDEX expression per output dimension
+    index: Expr  # the element's position in the tile's accumulator arrays
+    levels: list[int]  # per dimension: the tile loop binding it (0: none, outside them)
+    partial: set[int]  # dimensions whose last tile may stick out of the shape
+
+
+ElementBody = Callable[[TileElement], tuple[list[Stmt], list[tuple[int, Stmt]]]]
+
+
+def accumulator_dtype(dtype: DType) -> DType:
+    """Half results accumulate in f32 (spec 8.11 allows a wider float accumulator)."""
+    return DType.FLOAT32 if dtype is DType.FLOAT16 else dtype
+
+
+def generate_group(
+    plan: KernelPlan,
+    flat: FlatContraction | None,
+    context: ProgramContext,
+    settings: HardwareSettings,
+    tiles: Sequence[int],
+    name: str,
+) -> GeneratedBody:
+    """The kernel of a CONTRACTION or ELEMENTWISE plan."""
+    return _GroupKernel(plan, flat, context, settings, tuple(tiles)).build(name)
+
+
+class _GroupKernel:
+    def __init__(
+        self,
+        plan: KernelPlan,
+        flat: FlatContraction | None,
+        context: ProgramContext,
+        settings: HardwareSettings,
+        tiles: tuple[int, ...],
+    ) -> None:
+        self.plan = plan
+        self.flat = flat
+        self.context = context
+        self.settings = settings
+        self.writer = KernelWriter(context, plan.stores)
+        self.grid = Grid.build(self.writer, plan.shape, tiles, settings)
+        self.tiles = tiles
+        if flat is not None:
+            names = flat.names[: flat.outputs]
+        else:
+            names = tuple(f"x{d}" for d in range(len(plan.shape)))
+        self.coordinate_names = names
+        self.flops = 0
+        self.acc = ""
+        self.acc_dtype = flat.dtype if flat is not None else DType.FLOAT32
+        self.hit: str | None = None
+        self.variables: dict[int, Expr] = {}
+        self.inner_guards: list[FlatConstraint] = []
+        self.lane_k, self.lanes = -1, 1  # the reduction variable split into lanes (above)
+        self.lane_counter = self.lane = ""
+
+    # ---- structure -----------------------------------------------------------------------------
+
+    def build(self, name: str) -> GeneratedBody:
+        body: list[Stmt] = list(self.grid.setup)
+        accumulate = self.flat is not None and not self.flat.empty
+        if accumulate:
+            body += self.accumulation()
+        body.append(self.tile_loops("w", self.output_phase))
+        guard = self.grid.guard()
+        if guard is not None:
+            body = [sb.if_(guard, body)]
+        outputs, inputs = self.writer.params()
+        return GeneratedBody(
+            self.writer.function(name, body),
+            outputs,
+            inputs,
+            self.grid.global_size,
+            self.flops + self.epilogue_flops(),
+            self.writer.bytes(),
+        )
+
+    def tile_loops(self, tag: str, element: ElementBody) -> Stmt:
+        """Loops over the elements of the tile, one per tiled dimension (outermost first).
+
+        `element(tile)` gives the statements for one element, run only where the element is
+        inside the shape, and statements to hoist to outer loop levels (level 0 is outside
+        every tile loop): loads that do not depend on the inner loops.
+        """
+        tile = TileElement([], IntConst(0), [], set())
+        counters: list[tuple[str, int]] = []
+        declarations: dict[int, list[Stmt]] = {}
+        strides: dict[int, int] = {}
+        stride = 1
+        for dimension in reversed(range(len(self.plan.shape))):
+            if self.tiles[dimension] > 1:
+                strides[dimension] = stride
+                stride *= self.tiles[dimension]
+        tile_terms: list[tuple[int, Expr]] = []
+        for dimension, (size, extent) in enumerate(zip(self.plan.shape, self.tiles, strict=True)):
+            value = self.grid.bases[dimension]
+            level = 0
+            if extent > 1:
+                counter = self.writer.fresh(f"t{tag}{dimension}")
+                counters.append((counter, extent))
+                level = len(counters)
+                offset = Load(Lookup(counter))
+                value = affine([(1, value), (1, offset)])
+                tile_terms.append((strides[dimension], offset))
+            declaration, coordinate = self.writer.declare(
+                Type.index(), self.coordinate_names[dimension], value
+            )
+            declarations.setdefault(level, []).append(declaration)
+            tile.coordinates.append(coordinate)
+            tile.levels.append(level)
+            if size % extent:
+                tile.partial.add(dimension)
+        tile.index = affine(tile_terms)
+        statements, hoisted = element(tile)
+        inside = [
+            Binary(BinOp.LT, tile.coordinates[d], IntConst(self.plan.shape[d]))
+            for d in sorted(tile.partial)
+        ]
+        condition = conjunction(inside)
+        body: list[Stmt] = [sb.if_(condition, statements)] if condition is not None else statements
+        for level in reversed(range(len(counters) + 1)):
+            prefix = declarations.get(level, []) + [h for at, h in hoisted if at == level]
+            body = [*prefix, *body]
+            if level > 0:
+                counter, count = counters[level - 1]
+                body = [For(counter, count, 1, sb.block(body))]
+        return body[0] if len(body) == 1 else sb.block(body)
+
+    # ---- contraction phase ---------------------------------------------------------------------
+
+    def accumulation(self) -> list[Stmt]:
+        flat = self.flat
+        assert flat is not None
+        self.acc_dtype = accumulator_dtype(flat.dtype)
+        self.lane_k, self.lanes = lane_split(flat, self.tiles, self.acc_dtype)
+        size = product(self.tiles) * self.lanes
+        acc_type = Type(TypeBase.VALUE, self.acc_dtype, 1, size if size > 1 else 0)
+        start = identity(flat.agg.value, self.acc_dtype)
+        statements: list[Stmt] = []
+        self.acc = self.writer.fresh("acc")
+        statements.append(sb.declare(acc_type, self.acc, start.expr))
+        if flat.needs_hit and not _identity_is_unwritten(flat):
+            self.hit = self.writer.fresh("hit")
+            hit_type = Type(TypeBase.VALUE, DType.BOOLEAN, 1, size if size > 1 else 0)
+            statements.append(sb.declare(hit_type, self.hit, constant(0, DType.BOOLEAN).expr))
+        reductions = sorted(flat.reductions, key=lambda k: k == self.lane_k)  # lanes innermost
+        counters = [self.writer.fresh(flat.names[k]) for k in reductions]
+        for k, counter in zip(reductions, counters, strict=True):
+            self.variables[k] = Load(Lookup(counter))
+        if self.lanes > 1:
+            self.lane_counter, self.lane = counters[-1], self.writer.fresh("lane")
+        outer_guards: list[FlatConstraint] = []
+        for constraint in flat.constraints:
+            used = {k for k, c in enumerate(constraint.lhs) if c}
+            target = outer_guards if used <= set(reductions) else self.inner_guards
+            target.append(constraint)
+        body: Stmt = self.tile_loops("r", self.contribute)
+        condition = conjunction([self.guard(c) for c in outer_guards])
+        if condition is not None:
+            body = sb.if_(condition, body)
+        for k, counter in reversed(list(zip(reductions, counters, strict=True))):
+            count = flat.ranges[k] // (self.lanes if k == self.lane_k else 1)
+            body = For(counter, count, 1, _block(body))
+        statements.append(body)
+        if self.lanes > 1:
+            statements.append(self.tile_loops("f", self.fold))
+        points = product(flat.ranges[k] for k in reductions)
+        per_point = 1 if flat.comb is CombOp.NONE else 2
+        self.flops += product(self.plan.shape) * points * per_point
+        return statements
+
+    def guard(self, constraint: FlatConstraint) -> Expr:
+        terms = [(c, self.variables[k]) for k, c in enumerate(constraint.lhs) if c]
+        return Binary(BinOp.LE, affine(terms), IntConst(constraint.rhs))
+
+    def contribute(self, tile: TileElement) -> tuple[list[Stmt], list[tuple[int, Stmt]]]:
+        """One tuple's contribution to one element of the tile."""
+        flat = self.flat
+        assert flat is not None
+        for k, coordinate in enumerate(tile.coordinates):
+            self.variables[k] = coordinate
+        if self.lanes > 1:
+            lane = [(self.lanes, Load(Lookup(self.lane_counter))), (1, Load(Lookup(self.lane)))]
+            self.variables[self.lane_k] = affine(lane)
+        checks = []
+        for position, derived in enumerate(flat.derived):
+            terms = [(c, self.variables[j]) for j, c in enumerate(derived.numerator) if c]
+            numerator_declaration, numerator = self.writer.declare(
+                Type.index(), f"{derived.name}_num", affine(terms, derived.const)
+            )
+            declaration, value = self.writer.declare(
+                Type.index(), derived.name, Binary(BinOp.DIV, numerator, IntConst(derived.divisor))
+            )
+            self.variables[flat.outputs + position] = value
+            divisible = Binary(
+                BinOp.EQ, Binary(BinOp.MOD, numerator, IntConst(derived.divisor)), IntConst(0)
+            )
+            checks.append((numerator_declaration, divisible, declaration))
+        # Loads are hoisted out of tile loops they do not depend on, unless a check inside
+        # the tile (a guard, a divisibility test) might make them invalid.
+        hoisted: list[tuple[int, Stmt]] = []
+        operands = []
+        hoistable = not checks and not self.inner_guards and self.lanes == 1
+        for access in flat.operands:
+            terms = [(s, self.variables[k]) for k, s in enumerate(access.strides) if s]
+            value = self.writer.load(access.tensor, affine(terms, access.offset))
+            used = [k for k in range(flat.outputs) if access.strides[k]]
+            level = max((tile.levels[k] for k in used), default=0)
+            if hoistable and level < max(tile.levels, default=0) and not tile.partial & {*used}:
+                declaration, loaded = self.writer.declare(
+                    Type.value(value.dtype), f"{access.tensor}_value", value.expr
+                )
+                hoisted.append((level, declaration))
+                value = Typed(loaded, value.dtype)
+            operands.append(value)
+        if self.lanes > 1:
+            index = affine([(self.lanes, tile.index), (1, Load(Lookup(self.lane)))])
+            update: list[Stmt] = [
+                For(self.lane, self.lanes, 1, _block(self.update(index, operands)))
+            ]
+        else:
+            update = self.update(tile.index, operands)
+        condition = conjunction([self.guard(c) for c in self.inner_guards])
+        statements: list[Stmt] = [sb.if_(condition, update)] if condition is not None else update
+        # Each derived variable wraps what follows in its divisibility check.
+        for numerator_declaration, divisible, declaration in reversed(checks):
+            statements = [numerator_declaration, sb.if_(divisible, [declaration, *statements])]
+        return statements, hoisted
+
+    def update(self, tile_index: Expr, operands: list[Typed]) -> list[Stmt]:
+        flat = self.flat
+        assert flat is not None
+        value = convert(combine(flat, operands), self.acc_dtype)
+        acc = self.element(self.acc, tile_index)
+        statements: list[Stmt] = [Store(acc, self.aggregate(Load(acc), value))]
+        if self.hit is not None:
+            statements.append(
+                Store(self.element(self.hit, tile_index), constant(1, DType.BOOLEAN).expr)
+            )
+        return statements
+
+    def aggregate(self, current: Expr, value: Expr) -> Expr:
+        flat = self.flat
+        assert flat is not None
+        match flat.agg:
+            case AggOp.SUM:
+                return Binary(BinOp.ADD, current, value)
+            case AggOp.PROD:
+                return Binary(BinOp.MUL, current, value)
+            case AggOp.MAX if self.acc_dtype.is_bool:
+                return Binary(BinOp.LOR, current, value)
+            case AggOp.MIN if self.acc_dtype.is_bool:
+                return Binary(BinOp.LAND, current, value)
+            case AggOp.MAX:
+                return Call(Builtin.MAX, (current, value))
+            case AggOp.MIN:
+                return Call(Builtin.MIN, (current, value))
+        return value
+
+    def element(self, array: str, tile_index: Expr) -> Subscript | Lookup:
+        if product(self.tiles) > 1 or self.lanes > 1:
+            return Subscript(Lookup(array), tile_index)
+        return Lookup(array)
+
+    def fold(self, tile: TileElement) -> tuple[list[Stmt], list[tuple[int, Stmt]]]:
+        """Lanes `l` and `l + half` of one element's accumulator meet, halving until one is left."""
+        statements: list[Stmt] = []
+        half = self.lanes // 2
+        while half:
+            name = self.writer.fresh(f"fold{half}")
+            counter = Load(Lookup(name))
+            low = self.element(self.acc, affine([(self.lanes, tile.index), (1, counter)]))
+            high = self.element(self.acc, affine([(self.lanes, tile.index), (1, counter)], half))
+            store = Store(low, self.aggregate(Load(low), Load(high)))
+            statements.append(For(name, half, 1, _block(store)))
+            half //= 2
+        return statements, []
+
+    # ---- output phase --------------------------------------------------------------------------
+
+    def output_phase(self, tile: TileElement) -> tuple[list[Stmt], list[tuple[int, Stmt]]]:
+        coordinates, tile_index = tile.coordinates, tile.index
+        statements: list[Stmt] = []
+        values: dict[str, Typed] = {}
+        ops = list(self.plan.ops)
+        contraction = self.plan.contraction
+        if contraction is not None:
+            ops = ops[1:]
+            statements += self.bind(
+                values, contraction.output, self.result(coordinates, tile_index)
+            )
+        for op in ops:
+            value = self.evaluate(op, values, coordinates)
+            statements += self.bind(values, op.output, value)
+        dims = self.plan.shape
+        for name in self.plan.stores:
+            offset = affine(zip(row_major(dims), coordinates, strict=True))
+            statements.append(self.writer.store(name, offset, values[name]))
+        return statements, []
+
+    def bind(self, values: dict[str, Typed], name: str, value: Typed) -> list[Stmt]:
+        declaration, variable = self.writer.declare(Type.value(value.dtype), f"v{name}", value.expr)
+        values[name] = Typed(variable, value.dtype)
+        return [declaration]
+
+    def result(self, coordinates: list[Expr], tile_index: Expr) -> Typed:
+        """The contraction's value at one element: the aggregate, or 0 / the default."""
+        flat = self.flat
+        assert flat is not None
+        dtype = flat.dtype
+        if flat.default is not None:
+            unwritten = Typed(convert(self.writer.read_at(flat.default, coordinates), dtype), dtype)
+        else:
+            unwritten = zero(dtype)
+        if flat.empty:
+            return unwritten
+        acc = self.element(self.acc, affine([(self.lanes, tile_index)]))
+        aggregate = convert(Typed(Load(acc), self.acc_dtype), dtype)
+        if self.hit is None:
+            return Typed(aggregate, dtype)
+        written = Load(self.element(self.hit, tile_index))
+        return Typed(Select(written, aggregate, unwritten.expr), dtype)
+
+    def evaluate(self, op: BoundOp, values: dict[str, Typed], coordinates: list[Expr]) -> Typed:
+        return fused_value(op, values, coordinates, self.context, self.writer, self.settings)
+
+    def epilogue_flops(self) -> int:
+        count = sum(1 for op in self.plan.ops if op.kind is OpKind.ELEMENTWISE)
+        return count * product(self.plan.shape)
+
+
+def _block(statement: Stmt) -> Block:
+    return statement if isinstance(statement, Block) else sb.block(statement)
+
+
+def _identity_is_unwritten(flat: FlatContraction) -> bool:
+    """Whether an element without contributions may keep the accumulator's start value: 0
+    for `+`, `=` and the logical or `>` of bools is exactly what spec 8.6 asks for when there
+    is no default, so those need no hit flag."""
+    if flat.default is not None:
+        return False
+    return flat.agg in (AggOp.SUM, AggOp.ASSIGN) or (flat.agg is AggOp.MAX and flat.dtype.is_bool)
+
+
+def lane_split(flat: FlatContraction, tiles: Sequence[int], acc_dtype: DType) -> tuple[int, int]:
+    """(k, lanes) for a reduction that runs in lanes (module docstring), else (-1, 1).
+    `tiles` of all 1 asks whether it could (tile.lower.tiles then gives one element per group)."""
+    if flat.agg not in (AggOp.SUM, AggOp.MAX, AggOp.MIN) or not acc_dtype.is_float:
+        return -1, 1
+    if flat.constraints or flat.derived or flat.needs_hit or not flat.reductions:
+        return -1, 1
+    k = flat.reductions[-1]
+    strides = {access.strides[k] for access in flat.operands}
+    if 1 not in strides or not strides <= {0, 1}:
+        return -1, 1
+    for lanes in (64, 32, 16, 8):
+        count = flat.ranges[k]
+        if count % lanes == 0 and count >= 2 * lanes and product(tiles) * lanes <= 256:
+            return k, lanes
+    return -1, 1

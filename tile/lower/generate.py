@@ -1,0 +1,304 @@
+"""Stage 5: kernel generation — a bound program becomes a `KernelList` (ARCHITECTURE 3.5, 8.7).
+
+`generate_program(bound, settings)` is the one entry point the runtime calls. It drives the
+front end's back half:
+
+    BoundProgram --tile.lower.fuse.plan_program--> kernel plans and buffers
+                 --tile.lower.flatten.flatten-->   FlatContraction per contraction
+                 --tile.lower.split-->         a large reduction to few elements: two kernels
+                 --tile.lower.tiles-->          tile sizes
+                 --tile.lower.contract / tile.lower.special--> semtree bodies
+                   (tile.lower.gpu.generate instead of tile.lower.contract for GPU settings)
+                 --> KernelList (launch order = dependency order)
+
+Kernels are named `<prefix>_<n>`; bodies that come out identical (same structure on
+different tensors) are shared and carry the same `key`. The buffers of the list are the
+program's tensor inputs, its outputs (each in its own buffer, except an output that is an
+input) and the temporaries that some later kernel reads; constants are inlined into bodies
+and never become buffers, plus `_P<n>`, the partial results of a split reduction. `var_rewrites`
+is empty: no user-visible output is renamed. A buffer of 2^31 or more elements is refused
+first (`tile.TileOutOfMemory`): kernels index with 32-bit integers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from semtree.kernel import Direction, KernelInfo, KernelKind, KernelList, KernelParam
+from semtree.nodes import Declare, For, Lookup, Node, c_identifier, rewrite, walk
+from tile.errors import TileOutOfMemory
+from tile.lower.contract import accumulator_dtype, generate_group, lane_split
+from tile.lower.flatten import flatten
+from tile.lower.fuse import PlanKind, plan_program
+from tile.lower.gpu.generate import generate_gpu_group, uses_gpu_kernels
+from tile.lower.kernel import INDEX_LIMIT, ProgramContext, product
+from tile.lower.special import generate_prng, generate_scatter
+from tile.lower.split import split_reduction
+from tile.lower.tiles import choose_tiles
+from tile.lower.vector import generate_vector_contraction
+
+if TYPE_CHECKING:
+    from semtree.kernel import HardwareSettings
+    from semtree.nodes import Function
+    from semtree.types import TensorShape
+    from tile.bind.program import BoundProgram
+    from tile.lower.contract import GeneratedBody
+    from tile.lower.flat import FlatContraction
+    from tile.lower.fuse import KernelPlan
+
+KIND = {
+    PlanKind.CONTRACTION: KernelKind.CONTRACTION,
+    PlanKind.ELEMENTWISE: KernelKind.ELEMENTWISE,
+    PlanKind.SCATTER: KernelKind.SPECIAL,
+    PlanKind.PRNG: KernelKind.SPECIAL,
+}
+
+
+def generate_program(
+    bound: BoundProgram, settings: HardwareSettings, *, name_prefix: str = "tile"
+) -> KernelList:
+    """The kernels computing `bound` on a device described by `settings`."""
+    plan = plan_program(bound)
+    for buffer, shape in plan.shapes.items():
+        _check_size(buffer, shape)
+    context = ProgramContext(bound.bindings, plan.buffer_of, plan.shapes)
+    prefix = c_identifier(name_prefix)
+    kernels: list[KernelInfo] = []
+    bodies: dict[str, Function] = {}
+    shapes, temporaries = dict(plan.shapes), list(plan.temporaries)
+    for index, kernel_plan in enumerate(plan.kernels):
+        name = f"{prefix}_{index}"
+        copy = _copy_source(kernel_plan, context)
+        if copy is not None:
+            target = context.buffer_of[kernel_plan.stores[0]]
+            kernels.append(_copy_kernel(name, target, copy, context, kernel_plan))
+            continue
+        flat = None
+        tiles: tuple[int, ...] = ()
+        local_size = (1, 1, 1)
+        match kernel_plan.kind:
+            case PlanKind.CONTRACTION | PlanKind.ELEMENTWISE if uses_gpu_kernels(settings):
+                # GPU-style kernels (work-groups of several work-items): tile.lower.gpu.generate.
+                contraction = kernel_plan.contraction
+                if contraction is not None:
+                    flat = flatten(contraction, bound.bindings)
+                gpu = generate_gpu_group(kernel_plan, flat, context, settings, name)
+                generated, tiles, local_size = gpu.generated, gpu.tiles, gpu.local_size
+            case PlanKind.CONTRACTION | PlanKind.ELEMENTWISE:
+                contraction = kernel_plan.contraction
+                if contraction is not None:
+                    flat = flatten(contraction, bound.bindings)
+                split = None
+                if settings.threads == 1:
+                    split = split_reduction(kernel_plan, flat, context, settings, f"_P{index}")
+                if split is not None:  # the partials kernel now; the total below, as usual
+                    context = split.context
+                    shapes[split.buffer] = context.shapes[split.buffer]
+                    temporaries.append(split.buffer)
+                    part_plan, part_flat = split.partials
+                    part_tiles = _tiles(part_plan, part_flat, settings)
+                    part_name = f"{name}_part"
+                    generated = generate_group(
+                        part_plan, part_flat, context, settings, part_tiles, part_name
+                    )
+                    kernels.append(
+                        _info(
+                            part_name,
+                            part_plan,
+                            generated,
+                            part_flat,
+                            part_tiles,
+                            (1, 1, 1),
+                            context,
+                            bodies,
+                        )
+                    )
+                    kernel_plan, flat = split.total
+                # CPU fast path: register-tiled vector kernels for plain +(A * B).
+                vector = None
+                if settings.threads == 1:
+                    vector = generate_vector_contraction(kernel_plan, flat, context, settings, name)
+                if vector is not None:
+                    tiles, generated = vector.tile, vector
+                else:
+                    tiles = _tiles(kernel_plan, flat, settings)
+                    generated = generate_group(kernel_plan, flat, context, settings, tiles, name)
+            case PlanKind.SCATTER:
+                generated = generate_scatter(kernel_plan, context, settings, name)
+            case _:
+                generated = generate_prng(kernel_plan, context, settings, name)
+        kernels.append(
+            _info(name, kernel_plan, generated, flat, tiles, local_size, context, bodies)
+        )
+    return KernelList(
+        kernels=tuple(kernels),
+        shapes=shapes,
+        inputs=plan.inputs,
+        outputs=plan.outputs,
+        temporaries=tuple(temporaries),
+        var_rewrites={},
+    )
+
+
+def _check_size(buffer: str, shape: TensorShape) -> None:
+    """Generated code indexes elements with 32-bit integers: a larger buffer (input, output or
+    temporary) is TileOutOfMemory, on every device, before any kernel is generated."""
+    if shape.size >= INDEX_LIMIT:
+        raise TileOutOfMemory(
+            f"it has {shape.size} elements, and generated code indexes at most 2^31 - 1",
+            tensor=buffer,
+            shape=tuple(shape.dims),
+            dtype=shape.dtype.value,
+            nbytes=shape.nbytes,
+        )
+
+
+def _info(
+    name: str,
+    plan: KernelPlan,
+    generated: GeneratedBody,
+    flat: FlatContraction | None,
+    tiles: tuple[int, ...],
+    local_size: tuple[int, int, int],
+    context: ProgramContext,
+    bodies: dict[str, Function],
+) -> KernelInfo:
+    body, key = _shared_body(generated.body, bodies)
+    return KernelInfo(
+        name=name,
+        kind=KIND[plan.kind],
+        params=_params(generated, context),
+        global_size=generated.global_size,
+        local_size=local_size,
+        body=body,
+        flops=generated.flops,
+        bytes=generated.bytes,
+        key=key,
+        tile=tiles,
+        comments=_comments(plan, flat),
+    )
+
+
+def _tiles(
+    plan: KernelPlan, flat: FlatContraction | None, settings: HardwareSettings
+) -> tuple[int, ...]:
+    points = 1
+    accumulator_bytes = 4
+    lanes = 1
+    crosswise = None
+    if flat is not None and not flat.empty:
+        points = product(flat.ranges[k] for k in flat.reductions)
+        acc_dtype = accumulator_dtype(flat.dtype)
+        accumulator_bytes = acc_dtype.itemsize
+        lanes = lane_split(flat, (1,) * len(plan.shape), acc_dtype)[1]
+        last = flat.outputs - 1
+        for access in flat.operands:
+            if last >= 0 and access.strides[last] != 1:
+                contiguous = [k for k in range(last) if access.strides[k] == 1]
+                crosswise = contiguous[0] if contiguous else crosswise
+    return choose_tiles(
+        plan.shape,
+        settings,
+        reduction_points=points,
+        accumulator_bytes=accumulator_bytes,
+        lanes=lanes,
+        crosswise=crosswise,
+    )
+
+
+def _copy_source(plan: KernelPlan, context: ProgramContext) -> str | None:
+    """The buffer a plan copies unchanged into its one output, if it is a plain copy."""
+    if plan.kind is PlanKind.COPY:
+        return context.buffer_of[plan.ops[0].inputs[0]]
+    if plan.kind is not PlanKind.ELEMENTWISE or len(plan.ops) != 1 or len(plan.stores) != 1:
+        return None
+    (op,) = plan.ops
+    if op.fn != "ident" or op.output != plan.stores[0]:
+        return None
+    (source,) = op.inputs
+    if context.is_constant(source):
+        return None
+    same = context.dtype(source) is context.dtype(op.output)
+    if not same or context.dims(source) != context.dims(op.output):
+        return None
+    return context.buffer_of[source]
+
+
+def _copy_kernel(
+    name: str, target: str, source: str, context: ProgramContext, plan: KernelPlan
+) -> KernelInfo:
+    shapes = context.shapes
+    params = (
+        KernelParam(target, Direction.OUT, shapes[target].dtype, shapes[target].dims),
+        KernelParam(source, Direction.IN, shapes[source].dtype, shapes[source].dims),
+    )
+    return KernelInfo(
+        name=name,
+        kind=KernelKind.COPY,
+        params=params,
+        global_size=(0, 0, 0),
+        local_size=(0, 0, 0),
+        body=None,
+        flops=0,
+        bytes=2 * shapes[target].nbytes,
+        comments=_comments(plan, None),
+    )
+
+
+def _params(generated: GeneratedBody, context: ProgramContext) -> tuple[KernelParam, ...]:
+    shapes = context.shapes
+    widths = getattr(generated, "vec_widths", None) or {}
+    params = [
+        KernelParam(
+            buffer, Direction.OUT, shapes[buffer].dtype, shapes[buffer].dims, widths.get(buffer, 1)
+        )
+        for buffer in generated.outputs
+    ]
+    params += [
+        KernelParam(
+            buffer, Direction.IN, shapes[buffer].dtype, shapes[buffer].dims, widths.get(buffer, 1)
+        )
+        for buffer in generated.inputs
+    ]
+    return tuple(params)
+
+
+def _shared_body(body: Function, bodies: dict[str, Function]) -> tuple[Function, str]:
+    """The body to launch and its structural key: an earlier body that differs only in the
+    names of its locals (which follow the tensors' names) is reused."""
+    text = str(_canonical(replace(body, name="kernel")))
+    key = hashlib.sha256(text.encode()).hexdigest()[:16]
+    return bodies.setdefault(key, body), key
+
+
+def _canonical(body: Function) -> Node:
+    """`body` with its local names replaced by `l0, l1, ...` in order of declaration."""
+    names: dict[str, str] = {}
+    for node in walk(body):
+        match node:
+            case Declare(name=name) | For(var=name):
+                names.setdefault(name, f"l{len(names)}")
+
+    def rename(node: Node) -> Node | None:
+        match node:
+            case Lookup(name=name) if name in names:
+                return replace(node, name=names[name])
+            case Declare(name=name):
+                return replace(node, name=names[name])
+            case For(var=name):
+                return replace(node, var=names[name])
+        return None
+
+    return rewrite(body, rename)
+
+
+def _comments(plan: KernelPlan, flat: FlatContraction | None) -> str:
+    lines = []
+    ops = plan.ops
+    if flat is not None:
+        lines.append(str(flat))
+        ops = ops[1:]
+    lines += [str(op) for op in ops]
+    return "\n".join(lines)

@@ -1,0 +1,124 @@
+"""Split reductions: a large reduction to a few elements becomes two kernels (CPU devices).
+
+A contraction whose output has fewer elements than the device wants work-groups, and whose
+reduction runs in lanes (`tile.lower.contract`), would keep one core busy while the others
+wait. `split_reduction` cuts the lane variable `k` (range K) into `parts` consecutive
+pieces and gives the generator two flat contractions instead:
+
+    partials  P[p, coordinates...] = agg over k' < K / parts of the original tuple at
+              k = p * K / parts + k'                    (`parts` times the work-groups)
+    total     O[coordinates...]    = agg over p of P[p, coordinates...]
+
+`P` is a temporary buffer of the accumulator type (f32 for f16 results), so the total is
+rounded once, like the one-kernel form. Only `+`, `>` and `<` reductions run in lanes, and
+those may be regrouped: the total differs from the one-kernel result in float rounding
+only, and every device that runs these kernels sums in the same order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from semtree.types import TensorShape
+from tile.bind.program import TensorBinding
+from tile.lang.syntax import CombOp
+from tile.lower.contract import accumulator_dtype, lane_split
+from tile.lower.flat import FlatAccess, FlatContraction
+from tile.lower.fuse import KernelPlan, PlanKind
+from tile.lower.kernel import ProgramContext, product
+
+if TYPE_CHECKING:
+    from semtree.kernel import HardwareSettings
+
+# Fewer tuples than this are not worth a second kernel (tens of microseconds of work).
+MIN_SPLIT_TUPLES = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """The two kernels of a split reduction and the context that knows their temporary (its
+    shape is `context.shapes[buffer]`)."""
+
+    partials: tuple[KernelPlan, FlatContraction]
+    total: tuple[KernelPlan, FlatContraction]
+    buffer: str  # the temporary P
+    context: ProgramContext
+
+
+def split_reduction(
+    plan: KernelPlan,
+    flat: FlatContraction | None,
+    context: ProgramContext,
+    settings: HardwareSettings,
+    buffer: str,
+) -> Split | None:
+    """The split form of `plan` (module docstring), or None where one kernel does as well."""
+    op = plan.contraction
+    if flat is None or op is None or len(plan.ops) != 1 or plan.stores != (op.output,):
+        return None
+    if flat.empty or flat.default is not None or tuple(plan.shape) != flat.ranges[: flat.outputs]:
+        return None
+    acc_dtype = accumulator_dtype(flat.dtype)
+    k, lanes = lane_split(flat, (1,) * flat.outputs, acc_dtype)
+    elements = product(plan.shape)
+    tuples = elements * product(flat.ranges[r] for r in flat.reductions)
+    if lanes == 1 or elements >= settings.goal_groups or tuples < MIN_SPLIT_TUPLES:
+        return None
+    count = flat.ranges[k]
+    parts = next(
+        (
+            p
+            for p in (16, 8, 4, 2)
+            if p * elements <= 2 * settings.goal_groups
+            and count % (p * 8) == 0
+            and count // p >= 16  # each piece still runs in lanes
+        ),
+        0,
+    )
+    if not parts:
+        return None
+    shape = TensorShape(acc_dtype, (parts, *plan.shape))
+    context = ProgramContext(
+        {**context.bindings, buffer: TensorBinding(shape)},
+        {**context.buffer_of, buffer: buffer},
+        {**context.shapes, buffer: shape},
+    )
+    output = flat.output
+    piece = count // parts
+    # Partials: a new leading coordinate p; k covers one piece.
+    part_access = FlatAccess(
+        buffer, acc_dtype, shape.dims, output.offset, (elements, *output.strides)
+    )
+    operands = tuple(replace(a, strides=(a.strides[k] * piece, *a.strides)) for a in flat.operands)
+    partials = replace(
+        flat,
+        statement=f"{flat.statement}  (part p of {parts})",
+        names=("p", *flat.names),
+        outputs=flat.outputs + 1,
+        ranges=(parts, *(piece if v == k else r for v, r in enumerate(flat.ranges))),
+        access=(part_access, *operands),
+        dtype=acc_dtype,
+    )
+    partials_plan = KernelPlan(
+        PlanKind.CONTRACTION, shape.dims, (replace(op, output=buffer),), (buffer,)
+    )
+    # Total: the original coordinates, one reduction over the parts.
+    coordinates = output.strides[: flat.outputs]
+    total = replace(
+        flat,
+        statement=f"{op.output} = {flat.agg.value}({buffer}[p, ...])",
+        names=(*flat.names[: flat.outputs], "p"),
+        ranges=(*plan.shape, parts),
+        derived=(),
+        access=(
+            replace(output, strides=(*coordinates, 0)),
+            FlatAccess(buffer, acc_dtype, shape.dims, output.offset, (*coordinates, elements)),
+        ),
+        constraints=(),
+        comb=CombOp.NONE,
+    )
+    total_plan = KernelPlan(
+        PlanKind.CONTRACTION, plan.shape, (replace(op, inputs=(buffer,)),), plan.stores
+    )
+    return Split((partials_plan, partials), (total_plan, total), buffer, context)

@@ -1,0 +1,78 @@
+"""Tile sizes: how many output elements one work-group computes (ARCHITECTURE 8.6, 11.1).
+
+Every tile-size decision of the generator is made here, so a performance pass can replace
+the policy (a cost model, a search, autotuning) without touching code generation: the
+generators (`tile.lower.contract`) accept any tile of at least 1 per output dimension and guard
+partial tiles themselves.
+
+Current policy, deliberately simple (correctness first):
+
+* only the last two output dimensions are tiled; the last one is the contiguous one, which
+  LLVM can vectorise inside a work-group;
+* a contraction with reduction loops gets a register tile (about `vec_size` columns and a few
+  rows, its accumulators within `settings.max_regs`): each loaded operand element then
+  serves several outputs (PERFORMANCE.md 2.1);
+* a reduction contiguous in every operand, which runs in `lanes` > 1 partial results per
+  element (`tile.lower.contract`), computes one element per work-group: the lanes are its
+  vectors, and the operands have nothing to share between neighbouring elements;
+* a kernel without reductions (elementwise, or a contraction that is a pure permutation)
+  processes a strip of `4 * vec_size` contiguous elements per work-group, to amortise the
+  per-group overhead (one element on a device without SIMD, `vec_size` 1); when an operand
+  is contiguous along another output dimension (a transposition), a square tile over that
+  dimension and the last instead, so that neither side strides through memory.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from semtree.kernel import HardwareSettings
+
+# Rows of a register tile. Measured with the LLVM backend on an AVX-512 host (2 threads,
+# scalar semtree left to LLVM's vectorisers): a 2 x 16 tile gives matmul 512 about 17 and a
+# 3x3 convolution about 25 GFLOP/s; with 4 x 16 the convolution gains 15% but LLVM turns the
+# matmul into gathers (under 1 GFLOP/s). Explicit vector accumulators (PERFORMANCE.md 2.1)
+# are what lifts this limit.
+MAX_TILE_ROWS = 2
+
+# A transposition's square tile: its reads and its writes both use whole cache lines, and
+# the rows it reads (a power-of-two stride apart, hence in one L1 set) fit that set's ways.
+TRANSPOSE_TILE = 8
+
+
+def choose_tiles(
+    shape: Sequence[int],
+    settings: HardwareSettings,
+    *,
+    reduction_points: int,
+    accumulator_bytes: int,
+    lanes: int = 1,
+    crosswise: int | None = None,
+) -> tuple[int, ...]:
+    """Tile size per output dimension (outermost first) for a kernel writing `shape`.
+
+    `reduction_points` is the trip count of the reduction loops (1 without any) and
+    `accumulator_bytes` the size of one accumulator; `lanes` how many partial results the
+    generator can keep per element along a contiguous reduction; `crosswise` the output
+    dimension along which an operand of a reduction-free kernel is contiguous, when that is
+    not the last one (a transposition).
+    """
+    tiles = [1] * len(shape)
+    if not shape or (reduction_points > 1 and lanes > 1):
+        return tuple(tiles)
+    if reduction_points <= 1:
+        if crosswise is not None and crosswise != len(shape) - 1 and settings.vec_size > 1:
+            tiles[crosswise] = min(shape[crosswise], TRANSPOSE_TILE)
+            tiles[-1] = min(shape[-1], TRANSPOSE_TILE)
+        elif settings.vec_size > 1:
+            tiles[-1] = min(shape[-1], 4 * settings.vec_size)
+        return tuple(tiles)
+    columns = min(shape[-1], settings.vec_size)
+    tiles[-1] = columns
+    if len(shape) >= 2:
+        budget = max(1, settings.max_regs // (accumulator_bytes * columns))
+        tiles[-2] = max(1, min(shape[-2], MAX_TILE_ROWS, budget))
+    return tuple(tiles)

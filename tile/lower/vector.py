@@ -1,0 +1,335 @@
+"""Register-tiled vector kernels for dense `+(A * B)` contractions (PERFORMANCE.md 2.1).
+
+`generate_vector_contraction` recognises a flat contraction that is a matmul in disguise and
+emits the micro-kernel shape the LLVM renderer turns into broadcast + FMA code:
+
+* an output coordinate `j` of stride 1 in the output and in operand B, stride 0 in A (the
+  vector dimension),
+* an output coordinate `i` of stride 0 in B and not 0 in A (the row dimension),
+* any reduction variables (matmul's k, a valid convolution's kx, ky, ci),
+* the other output coordinates (batch, conv's n and x) become grid dimensions.
+
+One work-group owns `rows` x `vectors * width` elements of (i, j):
+
+    declare acc: float32 x width [rows * vectors] = 0
+    for each reduction variable (constant trip counts):
+        for v: b[v] = B_w[(B offset + strides . variables) / width + jt * vectors + v]
+        for r: a = A[... i = min(i0 + r, I - 1) ...]            (one scalar, broadcast)
+               for v: acc[r * vectors + v] = MAD(a, b[v], acc[r * vectors + v])
+    for r, v: if inside: C_w[(...) / width + jt * vectors + v] = acc[r * vectors + v]
+
+B and C are accessed as vectors of `width` floats: `width` is the largest power of two up to
+`vec_size` dividing every element offset of B and C the kernel forms (1 for ragged shapes:
+then the same code is a scalar register tile). Rows and vectors past the edge read a clamped
+element and skip their stores.
+
+Guards (a padded convolution's `0 <= x + kx - 1 < W`) may use any variable but `j`. One
+without `i` holds for the whole tile: it wraps the reduction step. One with `i` is linear in
+the row, so it holds for every row when it holds for the first and the last: such steps run
+the code above, the others test each row before its load and update (a tuple outside the
+guards contributes nothing, not `0 * b`). Anything else (derived variables, defaults, fused
+epilogues, other types or operators) returns None: the generic generator handles it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from semtree import builder as sb
+from semtree.nodes import Builtin, IntConst, Param
+from semtree.types import DType, Type, TypeBase
+from tile.lang.syntax import AggOp, CombOp
+from tile.lower.contract import GeneratedBody
+from tile.lower.kernel import INDEX_LIMIT, KernelWriter, product
+
+if TYPE_CHECKING:
+    from semtree.kernel import HardwareSettings
+    from tile.lower.flat import FlatAccess, FlatConstraint, FlatContraction
+    from tile.lower.fuse import KernelPlan
+    from tile.lower.kernel import ProgramContext
+
+F32 = DType.FLOAT32
+
+
+@dataclass(frozen=True, slots=True)
+class VectorBody(GeneratedBody):
+    """A generated body whose parameters are accessed as vectors: buffer -> width."""
+
+    vec_widths: dict[str, int] | None = None
+    tile: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """How a flat contraction maps onto the register tile."""
+
+    a: FlatAccess  # the broadcast operand
+    b: FlatAccess  # the vector operand
+    i: int  # position of the row coordinate
+    j: int  # position of the vector coordinate
+    width: int  # floats per vector
+
+
+def _match(flat: FlatContraction, vec_size: int) -> _Shape | None:
+    """The roles of a flat contraction's variables, or None if it is not eligible."""
+    if flat.empty or flat.derived or flat.default is not None:
+        return None
+    if flat.agg is not AggOp.SUM or flat.comb is not CombOp.MUL or len(flat.operands) != 2:
+        return None
+    if any(access.dtype is not F32 for access in flat.access):
+        return None
+    output = flat.output
+    coordinates = range(flat.outputs)
+    for a, b in (flat.operands, reversed(flat.operands)):
+        j_choices = [
+            k
+            for k in coordinates
+            if output.strides[k] == 1 and b.strides[k] == 1 and a.strides[k] == 0
+        ]
+        if not j_choices:
+            continue
+        j = j_choices[0]
+        i_choices = [k for k in coordinates if k != j and b.strides[k] == 0 and a.strides[k] != 0]
+        if not i_choices:
+            continue
+        i = i_choices[-1]  # the one nearest the vector dimension
+        if any(s < 0 for s in (*b.strides, *output.strides)):
+            return None
+        if any(constraint.lhs[j] for constraint in flat.constraints):
+            return None
+        width = vec_size
+        terms = [flat.ranges[j], b.offset, output.offset]
+        terms += [s for k, s in enumerate(b.strides) if k != j]
+        terms += [s for k, s in enumerate(output.strides) if k != j]
+        while width > 1 and any(term % width for term in terms):
+            width //= 2
+        return _Shape(a, b, i, j, width)
+    return None
+
+
+def _tile(flat: FlatContraction, shape: _Shape, settings: HardwareSettings) -> tuple[int, int]:
+    """(rows, vectors) of the register tile: 12-28 accumulators in 32 zmm registers, 12 in
+    16 ymm ones, NV >= 2 where the output is that wide (PERFORMANCE.md 2.1)."""
+    width = shape.width
+    if width >= 16:
+        rows, vectors = 6, 4
+    elif width >= 4:
+        rows, vectors = 6, 2
+    else:
+        rows, vectors = 4, 8
+    columns = -(-flat.ranges[shape.j] // width)
+    vectors = max(1, min(vectors, columns))
+    rows = max(1, min(rows, flat.ranges[shape.i]))
+    others = product(flat.ranges[k] for k in range(flat.outputs) if k not in (shape.i, shape.j))
+    # Enough work-groups for every core: smaller tiles before idle threads.
+    while rows > 1 and _groups(flat, shape, rows, vectors, others) < 2 * settings.goal_groups:
+        rows -= 1
+    return rows, vectors
+
+
+def _groups(flat: FlatContraction, shape: _Shape, rows: int, vectors: int, others: int) -> int:
+    columns = -(-flat.ranges[shape.j] // shape.width)
+    return others * -(-flat.ranges[shape.i] // rows) * -(-columns // vectors)
+
+
+def generate_vector_contraction(
+    plan: KernelPlan,
+    flat: FlatContraction | None,
+    context: ProgramContext,
+    settings: HardwareSettings,
+    name: str,
+) -> VectorBody | None:
+    """The register-tiled kernel of a plain `+(A * B)` contraction plan, or None."""
+    if flat is None or plan.contraction is None or len(plan.ops) != 1:
+        return None
+    (store,) = plan.stores if len(plan.stores) == 1 else (None,)
+    if store != plan.contraction.output or tuple(plan.shape) != tuple(flat.ranges[: flat.outputs]):
+        return None
+    shape = _match(flat, settings.vec_size)
+    if shape is None:
+        return None
+    if any(context.is_constant(access.tensor) for access in flat.operands):
+        return None
+    buffers = [context.buffer_of[access.tensor] for access in flat.access]
+    if len(set(buffers)) != len(buffers):  # aliasing or one buffer read two ways
+        return None
+    if product(plan.shape) >= INDEX_LIMIT:
+        return None
+    rows, vectors = _tile(flat, shape, settings)
+    return _build(plan, flat, context, settings, shape, rows, vectors, name)
+
+
+def _build(
+    plan: KernelPlan,
+    flat: FlatContraction,
+    context: ProgramContext,
+    settings: HardwareSettings,
+    shape: _Shape,
+    rows: int,
+    vectors: int,
+    name: str,
+) -> VectorBody | None:
+    width = shape.width
+    writer = KernelWriter(context, plan.stores)
+    out_buffer = context.buffer_of[flat.output.tensor]
+    c_param = writer.outputs[out_buffer]
+    params = {flat.operands[0].tensor: "", flat.operands[1].tensor: ""}
+    for tensor in params:
+        params[tensor] = writer.input_param(context.buffer_of[tensor])
+    a_param, b_param = params[shape.a.tensor], params[shape.b.tensor]
+
+    size_i, size_j = flat.ranges[shape.i], flat.ranges[shape.j]
+    columns = -(-size_j // width)  # vectors in a row of the output
+    row_tiles, column_tiles = -(-size_i // rows), -(-columns // vectors)
+    others = [k for k in range(flat.outputs) if k not in (shape.i, shape.j)]
+    counts = [flat.ranges[k] for k in others] + [row_tiles, column_tiles]
+    total = product(counts)
+    if total > settings.goal_dim_sizes[0]:
+        return None
+
+    # Work-group -> (other coordinates..., row tile, column tile); column tiles fastest.
+    body: list = []
+    group = writer.fresh("group")
+    body.append(sb.declare(Type.index(), group, sb.group_id(0)))
+    values: dict[int, sb.Value] = {}
+    inner = total
+    position_names = [flat.names[k] for k in others] + ["it", "jt"]
+    for position, count in enumerate(counts):
+        inner //= count
+        value: sb.Value = sb.var(group)
+        if inner > 1:
+            value = value / inner
+        if position:
+            value = value % count
+        local = writer.fresh(position_names[position])
+        body.append(sb.declare(Type.index(), local, value))
+        values[position] = sb.var(local)
+    coordinate: dict[int, sb.Value] = {k: values[p] for p, k in enumerate(others)}
+    it, jt = values[len(others)], values[len(others) + 1]
+
+    acc, b_row, a_value = writer.fresh("acc"), writer.fresh("b_row"), writer.fresh("a_value")
+    r, v = writer.fresh("r"), writer.fresh("v")
+    reductions = list(flat.reductions)
+    counters = {k: writer.fresh(flat.names[k]) for k in reductions}
+    variables: dict[int, sb.Value] = {
+        k: sb.var(counter) for k, counter in counters.items()
+    } | coordinate
+    row = it * rows + sb.var(r)
+    load_row = row if size_i % rows == 0 else sb.call(Builtin.MIN, row, size_i - 1)
+    column = jt * vectors + sb.var(v)
+    ragged_columns = columns % vectors != 0
+    load_column = column if not ragged_columns else sb.call(Builtin.MIN, column, columns - 1)
+
+    def linear(access: FlatAccess, extra: dict[int, sb.Value], scale: int) -> sb.Value:
+        """`access`'s element offset without the j term, in units of `scale` elements."""
+        result: sb.Value | None = None
+        for k, stride in enumerate(access.strides):
+            if stride == 0 or k == shape.j:
+                continue
+            term = extra.get(k, variables.get(k))
+            assert term is not None
+            term = term * (stride // scale) if stride != scale else term
+            result = term if result is None else result + term
+        offset = access.offset // scale
+        if result is None:
+            return sb.Value(IntConst(offset))
+        return result + offset if offset else result
+
+    def holds(constraint: FlatConstraint, at_row: sb.Value) -> sb.Value:
+        """The guard, with the row coordinate at `at_row`."""
+        terms = [
+            (at_row if k == shape.i else variables[k]) * coefficient
+            for k, coefficient in enumerate(constraint.lhs)
+            if coefficient
+        ]
+        return sum(terms[1:], terms[0]).le(constraint.rhs)
+
+    def level(constraint: FlatConstraint) -> int:
+        """How many reduction loops enclose the guard: those of the variables it uses."""
+        return max((p + 1 for p, k in enumerate(reductions) if constraint.lhs[k]), default=0)
+
+    b_index = linear(shape.b, {}, width) + load_column
+    a_index = linear(shape.a, {shape.i: load_row}, 1)
+    c_index = linear(flat.output, {shape.i: row}, width) + column
+
+    if settings.disable_mad:
+        update = (
+            sb.var(a_value) * sb.var(b_row)[sb.var(v)]
+            + sb.var(acc)[sb.var(r) * vectors + sb.var(v)]
+        )
+    else:
+        update = sb.call(
+            Builtin.MAD,
+            sb.var(a_value),
+            sb.var(b_row)[sb.var(v)],
+            sb.var(acc)[sb.var(r) * vectors + sb.var(v)],
+        )
+    row_step = [
+        sb.declare(F32, a_value, sb.var(a_param)[a_index]),
+        sb.for_(v, vectors, body=sb.assign(sb.var(acc)[sb.var(r) * vectors + sb.var(v)], update)),
+    ]
+    load_b = sb.for_(v, vectors, body=sb.assign(sb.var(b_row)[sb.var(v)], sb.var(b_param)[b_index]))
+    uniform = [c for c in flat.constraints if not c.lhs[shape.i]]
+    by_row = [c for c in flat.constraints if c.lhs[shape.i]]
+    split = max((level(c) for c in by_row), default=-1)  # where "every row" is decided
+    each_row = sb.if_(sb.and_(*(holds(c, load_row) for c in by_row)), row_step) if by_row else None
+    step = {
+        "all": [load_b, sb.for_(r, rows, body=row_step)],
+        "each": [load_b, sb.for_(r, rows, body=each_row)],
+    }
+
+    def nest(depth: int, rows_in: str | None) -> list:
+        """The reduction loops from `depth` inwards, inside the guards that belong there.
+        `rows_in`: "all" when every row of the tile is inside the row guards, "each" when
+        each row is tested, None above the loop level where that is decided."""
+        if rows_in is None and depth == split:
+            last_row = sb.call(Builtin.MIN, it * rows + (rows - 1), size_i - 1)
+            ends = [holds(c, at) for c in by_row for at in (it * rows, last_row)]
+            inner = [sb.if_(sb.and_(*ends), loops(depth, "all"), loops(depth, "each"))]
+        else:
+            inner = loops(depth, rows_in)
+        here = [holds(c, load_row) for c in uniform if level(c) == depth]
+        return [sb.if_(sb.and_(*here), inner)] if here else inner
+
+    def loops(depth: int, rows_in: str | None) -> list:
+        if depth == len(reductions):
+            return step[rows_in or "all"]
+        k = reductions[depth]
+        return [sb.for_(counters[k], flat.ranges[k], body=nest(depth + 1, rows_in))]
+
+    loop = nest(0, None)
+    store = sb.assign(sb.var(c_param)[c_index], sb.var(acc)[sb.var(r) * vectors + sb.var(v)])
+    if ragged_columns:
+        store = sb.if_(column.lt(columns), store)
+    stores = sb.for_(v, vectors, body=store)
+    if size_i % rows:
+        stores = sb.if_(row.lt(size_i), stores)
+    body += [
+        sb.declare(Type(TypeBase.VALUE, F32, width, rows * vectors), acc, 0.0),
+        sb.declare(Type(TypeBase.VALUE, F32, width, vectors), b_row),
+        *loop,
+        sb.for_(r, rows, body=stores),
+    ]
+
+    widths = {out_buffer: width, context.buffer_of[shape.b.tensor]: width}
+    function_params = [Param(c_param, Type.ptr(F32, width))]
+    for tensor, param in params.items():
+        buffer = context.buffer_of[tensor]
+        function_params.append(Param(param, Type.ptr(F32, widths.get(buffer, 1), const=True)))
+    points = product(flat.ranges[k] for k in reductions)
+    tile = tuple(
+        rows if k == shape.i else vectors * width if k == shape.j else 1
+        for k in range(flat.outputs)
+    )
+    outputs, inputs = writer.params()
+    return VectorBody(
+        sb.function(name, function_params, body),
+        outputs,
+        inputs,
+        (total, 1, 1),
+        2 * product(plan.shape) * points,
+        writer.bytes(),
+        widths,
+        tile,
+    )

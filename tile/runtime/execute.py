@@ -1,0 +1,271 @@
+"""Compiled programs and their runs: `compile_program` builds a bound program's kernels for a
+device, `execute` launches them over tensors' buffers (ARCHITECTURE 5.5, 8.8).
+
+A run allocates every buffer it needs (temporaries, scratch buffers, private copies of
+aliased inputs) before it changes any state or launches anything, so a failed allocation
+leaves every tensor and the program as they were; each launch waits for what the buffer
+states of `tile.runtime.device` say it must, and outputs of another element type are converted on
+the host queue.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from hal.errors import HalError
+from tile.lower.schedule import OutputSource, make_schedule
+from tile.runtime import debug
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from hal.interfaces import Event, Kernel, Library
+    from semtree.kernel import KernelList
+    from tile.bind.program import BoundProgram
+    from tile.lower.schedule import OutputPlan, Schedule
+    from tile.runtime.cache import ProgramKey
+
+from tile.runtime.device import BufferState, Contents, DeviceRuntime, build_error, execution_error
+
+
+@dataclass(slots=True)
+class CompiledProgram:
+    """One program-cache entry: the kernels of one signature on one device, ready to launch."""
+
+    key: ProgramKey
+    kernel_list: KernelList
+    library: Library
+    kernels: list[Kernel]  # prepared, index-aligned with kernel_list.kernels
+    schedule: Schedule
+    compile_seconds: float
+    # Buffers the program owns, allocated on the first run and reused by every run (their
+    # states order overlapping runs, 8.8): temporaries, then scratch buffers by slot for
+    # outputs bound to tensors of another dtype.
+    temporaries: list[BufferState] | None = None
+    scratch: dict[int, BufferState] = field(default_factory=dict)
+    # Every output's dims and numpy dtype, by user-visible name (what get_output_shape says).
+    output_shapes: dict[str, tuple[tuple[int, ...], np.dtype]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.output_shapes = {
+            plan.name: (plan.shape.dims, plan.dtype) for plan in self.schedule.outputs
+        }
+
+
+@dataclass(slots=True)
+class RunRecord:
+    """What one run scheduled: its terminal events and every launch, in order."""
+
+    events: list[Event]  # the last write of every buffer the run wrote
+    launches: list[tuple[str, Event]]  # (kernel name, event)
+
+
+def compile_program(
+    runtime: DeviceRuntime, key: ProgramKey, bound: BoundProgram, label: str
+) -> CompiledProgram:
+    """Generate the kernels of `bound` for the runtime's device, build and prepare them."""
+    from tile.lower.generate import generate_program
+
+    start = time.perf_counter()
+    device = runtime.device
+    kernel_list = generate_program(bound, device.settings)
+    schedule = make_schedule(bound, kernel_list)
+    generated = time.perf_counter()
+    try:
+        library = device.compiler.build(kernel_list, device)
+        kernels = [
+            device.executor.prepare(library, index) for index in range(len(kernel_list.kernels))
+        ]
+    except HalError as error:
+        raise build_error(error, f"{label} on {device.id}") from error
+    seconds = time.perf_counter() - start
+    if debug.level() or debug.dump_directory() is not None:
+        stem = debug.file_stem(label, device.id, key_digest(key))
+        debug.program_compiled(
+            device.id, label, stem, bound, kernel_list, library, generated - start, seconds
+        )
+    return CompiledProgram(key, kernel_list, library, kernels, schedule, seconds)
+
+
+def key_digest(key: ProgramKey) -> str:
+    """A short stable name for a program key (dump file names, log lines)."""
+    return hashlib.sha256(repr(key).encode()).hexdigest()[:12]
+
+
+def execute(
+    runtime: DeviceRuntime,
+    program: CompiledProgram,
+    inputs: Mapping[str, BufferState],
+    outputs: Mapping[str, tuple[BufferState, np.dtype]],
+    *,
+    profile: bool = False,
+) -> RunRecord:
+    """Schedule one run of `program` without waiting for anything.
+
+    `inputs` gives the state of every input tensor by name; `outputs` the state and dtype of
+    every output tensor (an `INPUT` output left out is simply not copied anywhere). Launch
+    dependencies follow 5.5 slot by slot; an output of another dtype is written to a scratch
+    buffer and converted on store; an output tensor that is also an input kernels read is
+    first copied, so no kernel reads what it overwrites. Every buffer is allocated before
+    anything changes: TileOutOfMemory leaves the tensors and the program as they were.
+    """
+    schedule = program.schedule
+    with runtime.lock:
+        slots: list[BufferState] = [None] * len(schedule.slot_names)  # type: ignore[list-item]
+        for name, slot in schedule.inputs:
+            slots[slot] = inputs[name]
+        temporaries = program.temporaries
+        if temporaries is None:
+            shapes, names = program.kernel_list.shapes, schedule.slot_names
+            temporaries = [
+                runtime.allocate(nbytes, Contents.of(names[slot], shapes[names[slot]]))
+                for slot, nbytes in schedule.temporaries
+            ]
+        for (slot, _), state in zip(schedule.temporaries, temporaries, strict=True):
+            slots[slot] = state
+        scratch: dict[int, BufferState] = {}  # scratch buffers new in this run
+        written: dict[int, Event] = {}  # id(state) -> its last write in this run
+        after: list[tuple[BufferState, BufferState, np.dtype, OutputPlan]] = []
+        placed: list[BufferState] = []  # output tensors that kernels write directly
+        for plan in schedule.outputs:
+            bound = outputs.get(plan.name)
+            if bound is None:
+                continue
+            target, dtype = bound
+            if plan.source is OutputSource.KERNEL:
+                if dtype == plan.dtype:
+                    slots[plan.slot] = target
+                    placed.append(target)
+                    continue
+                state = program.scratch.get(plan.slot) or scratch.get(plan.slot)
+                if state is None:
+                    contents = Contents.of(plan.name, plan.shape)
+                    state = scratch[plan.slot] = runtime.allocate(plan.nbytes, contents)
+                slots[plan.slot] = state
+                after.append((state, target, dtype, plan))
+            elif plan.source is OutputSource.INPUT and inputs[plan.input] is not target:
+                after.append((inputs[plan.input], target, dtype, plan))
+        for plan in schedule.outputs:  # copied from slots, which are all filled now
+            if plan.source is OutputSource.COPY and plan.name in outputs:
+                target, dtype = outputs[plan.name]
+                after.append((slots[plan.slot], target, dtype, plan))
+        copies: list[tuple[BufferState, BufferState]] = []
+        if any(state is inputs.get(name) for state in placed for name, _ in schedule.inputs):
+            copies = _private_copies(runtime, schedule, slots)
+        # Every allocation succeeded: the program keeps its buffers, and the run starts.
+        program.temporaries = temporaries
+        program.scratch.update(scratch)
+        for state, copy in copies:
+            _separate(runtime, schedule, slots, state, copy)
+        launches = _launch(program, slots, written, profile)
+        for source, target, dtype, plan in after:
+            _store(runtime, source, target, dtype, plan, written)
+        runtime.executor.flush()
+    return RunRecord(list({id(event): event for event in written.values()}.values()), launches)
+
+
+def _launch(
+    program: CompiledProgram, slots: list[BufferState], written: dict[int, Event], profile: bool
+) -> list[tuple[str, Event]]:
+    launches = []
+    kernels = program.kernels
+    for step in program.schedule.steps:
+        deps: list[Event] = []
+        for slot in step.reads:
+            deps += slots[slot].read_deps()
+        for slot in step.writes:
+            deps += slots[slot].write_deps()
+        kernel = kernels[step.kernel_index]
+        try:
+            event = kernel.run([slots[slot].buffer for slot in step.params], deps, profile=profile)
+        except Exception as error:
+            raise execution_error(error, f"launching {kernel.info.name}") from error
+        for slot in step.reads:
+            slots[slot].note_read(event)
+        for slot in step.writes:
+            state = slots[slot]
+            state.note_write(event)
+            written[id(state)] = event
+        launches.append((kernel.info.name, event))
+    return launches
+
+
+def _private_copies(
+    runtime: DeviceRuntime, schedule: Schedule, slots: list[BufferState]
+) -> list[tuple[BufferState, BufferState]]:
+    """A new buffer for each input tensor that is also written in this run (its private
+    copy, filled by `_separate`), all allocated before any is filled."""
+    inputs = {id(slots[slot]): slots[slot] for _, slot in schedule.inputs}
+    aliased = {
+        id(slots[slot]): slots[slot]
+        for step in schedule.steps
+        for slot in step.writes
+        if id(slots[slot]) in inputs
+    }
+    return [(state, runtime.allocate(state.nbytes, state.contents)) for state in aliased.values()]
+
+
+def _separate(
+    runtime: DeviceRuntime,
+    schedule: Schedule,
+    slots: list[BufferState],
+    state: BufferState,
+    copy: BufferState,
+) -> None:
+    """Copy input tensor `state` into `copy` and give the kernels that read it the copy."""
+    event = runtime.executor.copy(state.buffer, 0, copy.buffer, 0, state.nbytes, state.read_deps())
+    state.note_read(event)
+    copy.note_write(event)
+    for _, input_slot in schedule.inputs:
+        if slots[input_slot] is state:
+            slots[input_slot] = copy
+
+
+def _store(
+    runtime: DeviceRuntime,
+    source: BufferState,
+    target: BufferState,
+    dtype: np.dtype,
+    plan: OutputPlan,
+    written: dict[int, Event],
+) -> None:
+    """Copy an output's value into its tensor after the kernels, converting the dtype on
+    store (spec 6.4) on the host when it differs."""
+    deps = source.read_deps() + target.write_deps()
+    if dtype == plan.dtype:
+        event = runtime.executor.copy(source.buffer, 0, target.buffer, 0, plan.nbytes, deps)
+    else:
+
+        def convert() -> None:
+            _convert(source, target, plan.dtype, dtype, plan.shape.dims)
+
+        event = runtime.host.submit(convert, deps, f"storing output {plan.name} as {dtype}")
+    source.note_read(event)
+    target.note_write(event)
+    written[id(target)] = event
+
+
+def _convert(
+    source: BufferState,
+    target: BufferState,
+    source_dtype: np.dtype,
+    dtype: np.dtype,
+    dims: tuple[int, ...],
+) -> None:
+    # Runs on the host queue once both buffers are free: map, convert (spec 5.4), unmap.
+    raw = source.buffer.map_current()
+    try:
+        out = target.buffer.map_discard()
+        try:
+            values = raw[: source.nbytes].view(source_dtype).reshape(dims)
+            with np.errstate(all="ignore"):  # out-of-range float -> int is defined loosely
+                np.copyto(out[: target.nbytes].view(dtype).reshape(dims), values, casting="unsafe")
+        finally:
+            target.buffer.unmap().wait()
+    finally:
+        source.buffer.unmap().wait()

@@ -1,0 +1,349 @@
+"""The public Python API, part 2 (ARCHITECTURE 9): functions, invokers, invocations, `run`.
+
+Place in the pipeline: calling a `Function` or invoking an `Invoker` turns the inputs into a
+signature (tile.runtime.cache), finds or builds the compiled program for it on the device (binding,
+`tile.lower.generate`, the device's compiler: tile.runtime.device) and schedules one asynchronous
+run whose outputs are tensors (tile.runtime.api). A cached call costs a key look-up and the
+launches; an
+`Invoker` whose signature has not changed skips even the look-up (8.9).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from hal.environment import flag
+from semtree.types import DType, TensorShape
+from tile.bind.function import Function as FrontEndFunction
+from tile.errors import DeviceMismatch, TileBindError, diagnostic
+from tile.lower.schedule import OutputSource
+from tile.runtime import debug
+from tile.runtime.api import Device, DeviceLike, InputValue, Tensor, device, resolve
+from tile.runtime.cache import (
+    FUNCTION_CACHE_SIZE,
+    LRUCache,
+    ProgramKey,
+    constant_entry,
+    input_signature,
+    source_hash,
+    tensor_entry,
+)
+from tile.runtime.device import wait_events
+from tile.runtime.execute import compile_program, execute
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from hal.interfaces import Event
+    from tile.bind.program import BoundProgram
+    from tile.runtime.cache import SignatureEntry
+    from tile.runtime.execute import CompiledProgram, RunRecord
+
+
+# ---- functions ------------------------------------------------------------------------------
+
+
+class Function(FrontEndFunction):
+    """A Tile function: parsed and checked on construction (TileSyntaxError, TileTypeError),
+    compiled lazily per device and input signature, run by calling it."""
+
+    def __init__(self, source: str, name: str | None = None, *, floatx: object = "float32"):
+        super().__init__(source, floatx=floatx)
+        self.name = name or "tile_fn"  # shown in errors and profiles
+        self.source_hash = source_hash(source, self.floatx.value)
+
+    def bind(self, inputs: Mapping[str, object] | None = None, **named: object) -> BoundProgram:
+        """Device-free binding (see `tile.bind.function.Function.bind`); a `Tensor` binds by its
+        shape and dtype."""
+        given = {**(inputs or {}), **named}
+        return super().bind({name: _bind_value(value) for name, value in given.items()})
+
+    def __call__(self, device: DeviceLike = None, **inputs: InputValue) -> dict[str, Tensor]:
+        """Run asynchronously and return new output tensors by name.
+
+        numpy arrays of rank >= 1 are uploaded first; plain numbers and 0-d arrays bind as
+        constants (spec 6.3), compiled in by value (pass a 0-d Tensor for a value that
+        changes every call). The device is that of the tensor inputs (which must agree, and
+        agree with `device` if given: DeviceMismatch), else `device`, else the default.
+        Reading an output waits for it.
+        """
+        return Invoker(self, inputs, device=device).invoke().outputs
+
+    def __repr__(self) -> str:
+        return f"Function({self.source!r}, name={self.name!r})"
+
+
+# ---- invokers and invocations ---------------------------------------------------------------
+
+
+class Invoker:
+    """Binds a Function's inputs and outputs to values and runs it, reusing the compiled
+    program while the bound shapes, dtypes and constant values stay the same.
+
+    Inputs are tensors, numpy arrays of rank >= 1 (uploaded on every `invoke`), or scalar
+    constants (numbers, 0-d arrays). Outputs not set explicitly are allocated per `invoke`.
+    A failed `set_*` changes nothing.
+    """
+
+    def __init__(
+        self,
+        function: Function | str,
+        inputs: Mapping[str, InputValue] | None = None,
+        outputs: Mapping[str, Tensor] | None = None,
+        device: DeviceLike = None,
+    ) -> None:
+        self.function = function_for(function)
+        self._device = None if device is None else resolve(device)
+        self._inputs: dict[str, InputValue] = {}
+        self._signature: dict[str, SignatureEntry] = {}
+        self._outputs: dict[str, Tensor] = {}
+        # The program of the current signature (and the device it was found for), and the
+        # bound program while nothing is compiled yet.
+        self._program: CompiledProgram | None = None
+        self._program_device: Device | None = None
+        self._bound: BoundProgram | None = None
+        if inputs:
+            self.set_inputs(inputs)
+        if outputs:
+            self.set_outputs(outputs)
+
+    def set_input(self, name: str, value: InputValue) -> None:
+        self.set_inputs({name: value})
+
+    def set_inputs(self, inputs: Mapping[str, InputValue]) -> None:
+        entries = {}
+        for name, value in inputs.items():
+            if name not in self.function.inputs:
+                raise self._bind_error(f"there is no input named '{name}'", None)
+            entries[name] = _signature_entry(value)
+        self._check_devices({**self._inputs, **inputs}, self._outputs)
+        for name, value in inputs.items():
+            self._inputs[name] = value
+            if self._signature.get(name) != entries[name]:
+                self._signature[name] = entries[name]
+                self._program = self._bound = None
+
+    def get_output_shape(self, name: str) -> tuple[tuple[int, ...], np.dtype]:
+        """Shape and dtype output `name` will have, given the inputs set so far (all must
+        be set). Compiles nothing."""
+        shapes = self._output_shapes()
+        if name not in shapes:
+            raise self._bind_error(f"there is no output named '{name}'", None)
+        return shapes[name]
+
+    def set_output(self, name: str, tensor: Tensor) -> None:
+        self.set_outputs({name: tensor})
+
+    def set_outputs(self, outputs: Mapping[str, Tensor]) -> None:
+        """Write outputs into these tensors. A tensor's shape must be the output's (E-BIND;
+        checked now if every input is set, else by `invoke`); its dtype may differ: values
+        are converted on store (spec 6.4)."""
+        for name, tensor in outputs.items():
+            if name not in self.function.outputs:
+                raise self._bind_error(f"there is no output named '{name}'", None)
+            if not isinstance(tensor, Tensor):
+                raise TypeError(
+                    f"output '{name}' must be a tile.Tensor, not {type(tensor).__name__}"
+                )
+        merged = {**self._outputs, **outputs}
+        seen: dict[int, str] = {}
+        for name, tensor in merged.items():
+            other = seen.setdefault(id(tensor), name)
+            if other != name:
+                raise self._bind_error(
+                    f"outputs '{other}' and '{name}' are bound to the same tensor", name
+                )
+        self._check_devices(self._inputs, merged)
+        if all(name in self._inputs for name in self.function.inputs):
+            shapes = self._output_shapes()
+            for name, tensor in outputs.items():
+                self._check_output(name, tensor, shapes[name][0])
+        self._outputs = merged
+
+    def invoke(self) -> Invocation:
+        """Compile if needed, then schedule one run and return at once. Outputs not set
+        explicitly are new tensors, found in `Invocation.outputs`."""
+        device = self._run_device()
+        program = self._program_for(device)
+        plans = program.schedule.outputs
+        for plan in plans:
+            tensor = self._outputs.get(plan.name)
+            if tensor is not None and tensor.shape != plan.shape.dims:
+                self._check_output(plan.name, tensor, plan.shape.dims)
+        tensors: dict[str, Tensor] = {}
+        for name, value in self._inputs.items():
+            if isinstance(value, Tensor):
+                tensors[name] = value
+            elif isinstance(value, np.ndarray) and value.ndim:
+                tensors[name] = Tensor.from_numpy(value, device, name=name)
+        outputs: dict[str, Tensor] = {}
+        states = {}
+        for plan in plans:
+            tensor = self._outputs.get(plan.name)
+            if tensor is None:
+                if plan.source is OutputSource.INPUT:
+                    outputs[plan.name] = tensors[plan.input]  # returned unchanged
+                    continue
+                tensor = Tensor(device, plan.shape.dims, plan.dtype, name=plan.name)
+            outputs[plan.name] = tensor
+            states[plan.name] = (tensor._state, tensor.dtype)
+        inputs = {name: tensor._state for name, tensor in tensors.items()}
+        timed = debug.enabled(debug.TIMES)  # per-kernel times need profiling events
+        profile = timed or flag("TILE_PROFILE")
+        record = execute(device.runtime, program, inputs, states, profile=profile)
+        if timed:
+            debug.watch_launches(device.id, program.kernel_list, record.launches)
+        return Invocation(device, outputs, record, self.function.name)
+
+    # ---- internals ------------------------------------------------------------------------
+
+    def _run_device(self) -> Device:
+        if self._device is not None:
+            return self._device
+        for value in (*self._inputs.values(), *self._outputs.values()):
+            if isinstance(value, Tensor):
+                return value.device
+        return device()
+
+    def _program_for(self, device: Device) -> CompiledProgram:
+        program = self._program
+        if program is not None and self._program_device is device:
+            return program
+        runtime = device.runtime
+        signature = input_signature(self._signature.items())
+        key = ProgramKey(self.function.source_hash, signature, device.id, runtime.fingerprint)
+        program = runtime.programs.get(key)
+        if debug.enabled(debug.TIMES):
+            event = "hit" if program is not None else "miss, compiling"
+            debug.emit(
+                debug.TIMES, "program cache %s: %s on %s", event, self.function.name, device.id
+            )
+        if program is None:
+            bound = self._bind()
+            label = self.function.name
+            program = runtime.programs.get_or_build(
+                key, lambda: compile_program(runtime, key, bound, label)
+            )
+        self._program, self._program_device = program, device
+        return program
+
+    def _bind(self) -> BoundProgram:
+        if self._bound is None:
+            values = {name: _bind_value(value) for name, value in self._inputs.items()}
+            self._bound = self.function.bind(values)
+        return self._bound
+
+    def _output_shapes(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        if self._program is not None:
+            return self._program.output_shapes
+        return self._bind().outputs
+
+    def _check_output(self, name: str, tensor: Tensor, dims: tuple[int, ...]) -> None:
+        if tensor.shape != tuple(dims):
+            raise self._bind_error(
+                f"output '{name}' has shape {list(dims)}, but the tensor bound to it has "
+                f"shape {list(tensor.shape)}",
+                name,
+            )
+
+    def _check_devices(self, inputs: Mapping[str, object], outputs: Mapping[str, Tensor]) -> None:
+        placed = {name: value.device for name, value in inputs.items() if isinstance(value, Tensor)}
+        placed.update((name, tensor.device) for name, tensor in outputs.items())
+        wanted = self._device
+        if wanted is None and placed:
+            wanted = next(iter(placed.values()))
+        strays = [f"'{name}' on {dev.id}" for name, dev in placed.items() if dev is not wanted]
+        if strays:
+            assert wanted is not None
+            raise DeviceMismatch(
+                f"the tensors of one call must live on one device ({wanted.id}), but "
+                f"{', '.join(strays)}"
+            )
+
+    def _bind_error(self, message: str, name: str | None) -> TileBindError:
+        spans = {decl.name: decl.span for decl in self.function.ast.inputs}
+        spans.update((output.name, output.span) for output in self.function.ast.outputs)
+        return TileBindError(
+            diagnostic("E-BIND", message, spans.get(name or ""), self.function.source)
+        )
+
+
+def _signature_entry(value: object) -> SignatureEntry:
+    if isinstance(value, Tensor):
+        return value._entry
+    if isinstance(value, np.ndarray) and value.ndim:
+        return tensor_entry(value.dtype, value.shape)
+    return constant_entry(value)
+
+
+def _bind_value(value: object) -> object:
+    # Binding reads only shapes, dtypes and constant values.
+    if isinstance(value, Tensor):
+        return TensorShape(DType.of(value.dtype), value.shape)
+    return value
+
+
+class Invocation:
+    """One scheduled run: its outputs, its device, and the events that say when it is done."""
+
+    __slots__ = ("_label", "_record", "device", "outputs")
+
+    def __init__(
+        self, device: Device, outputs: dict[str, Tensor], record: RunRecord, label: str
+    ) -> None:
+        self.device = device  # the device that runs it (never a silent fallback)
+        self.outputs = outputs  # every output of this run, by name
+        self._record = record
+        self._label = label
+
+    @property
+    def events(self) -> list[Event]:
+        """The terminal events: the last write of every buffer the run wrote."""
+        return list(self._record.events)
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until the run is complete; raise ExecutionError (chaining the HAL failure)
+        if anything it depends on failed, TimeoutError if `timeout` seconds pass first."""
+        wait_events(self._record.events, timeout, f"running {self._label}")
+
+    def done(self) -> bool:
+        return all(event.is_complete for event in self._record.events)
+
+    def profile(self) -> list[tuple[str, int | None]]:
+        """(kernel name, duration in ns or None) per launch, in order; waits for the run.
+        Durations are recorded when TILE_PROFILE=1."""
+        self.wait()
+        return [(name, event.duration_ns()) for name, event in self._record.launches]
+
+    def __repr__(self) -> str:
+        state = "done" if self.done() else "running"
+        return f"<Invocation of {self._label} on {self.device.id}, {state}>"
+
+
+_functions: LRUCache[str, Function] = LRUCache(FUNCTION_CACHE_SIZE)
+
+
+def function_for(source: str | FrontEndFunction) -> Function:
+    """A public Function for `source`: the same object for the same text (cached)."""
+    if isinstance(source, Function):
+        return source
+    if isinstance(source, FrontEndFunction):
+        return Function(source.source, floatx=source.floatx)
+    if not isinstance(source, str):
+        raise TypeError(f"a Tile function is a str or a tile.Function, not {type(source).__name__}")
+    return _functions.get_or_build(source, lambda: Function(source))
+
+
+def run(
+    source: str | Function, inputs: Mapping[str, InputValue], device: DeviceLike = None
+) -> dict[str, np.ndarray]:
+    """Upload, run, wait, download: every output as a new numpy array.
+
+    Repeated calls with the same source and input signature reuse the compiled program
+    (Function objects are cached by source text).
+    """
+    invocation = Invoker(function_for(source), inputs, device=device).invoke()
+    invocation.wait()
+    return {name: tensor.to_numpy() for name, tensor in invocation.outputs.items()}
