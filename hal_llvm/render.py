@@ -333,7 +333,7 @@ class KernelEmitter(ExpressionEmitter):
         gets them wrong: at trip counts that are not a multiple of its vector width it drops
         the remainder iterations (a row max over 7 columns reads 4), and at some others an
         assertion inside its cost model aborts the process. Our own lane reductions
-        (tile.gen_vector) vectorise the reductions worth it; this loop stays scalar.
+        (tile.lower.vector) vectorise the reductions worth it; this loop stays scalar.
         """
         if not carries_min_max(body, var):
             return

@@ -1,7 +1,7 @@
 """KernelList and HardwareSettings: where the front end and every HAL meet (ARCHITECTURE 3.5,
 5.3).
 
-`tile.generate` turns a bound program and a device's `HardwareSettings` into a `KernelList`
+`tile.lower.generate` turns a bound program and a device's `HardwareSettings` into a `KernelList`
 of `KernelInfo`s, each a launch (grid, parameters, semtree body or a built-in ZERO/COPY);
 `hal.Compiler.build` turns the list into a library. The cheap invariants of 3.5 are checked
 when the objects are built, so a malformed list fails in the generator, not in a backend.

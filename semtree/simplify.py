@@ -1,4 +1,5 @@
-"""Semtree clean-up run by `tile.generate` on every kernel for every device (ARCHITECTURE 4.6).
+"""Semtree clean-up run by `tile.lower.generate` on every kernel for every device (ARCHITECTURE
+4.6).
 
 `simplify()` folds constants through arithmetic, comparisons, logic, casts and selections;
 removes the identities `x+0 x-0 x*1 x/1` (`x+0` for integers only: `-0.0 + 0.0` is `+0.0`) and

@@ -43,7 +43,11 @@ def imported(path: Path, known: dict[str, Path]) -> set[str]:
         if isinstance(node, ast.Import):
             names += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names += [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+            # `from package import module` imports that module (every import of a module
+            # runs its packages' __init__ first, which is not an edge of its own).
+            for alias in node.names:
+                submodule = f"{node.module}.{alias.name}"
+                names.append(submodule if submodule in known else node.module)
         elif (
             isinstance(node, ast.Call)
             and ast.unparse(node.func).endswith("import_module")

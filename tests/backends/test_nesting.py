@@ -1,5 +1,5 @@
 """Expressions nested up to the parser's limit compile and run on both shipped devices, and
-give numpy's answer (issue 9); beyond it the parser stops them (tests/frontend/test_nesting)."""
+give numpy's answer (issue 9); beyond it the parser stops them (tests/lang/test_nesting)."""
 
 from __future__ import annotations
 
