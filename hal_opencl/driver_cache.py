@@ -211,15 +211,14 @@ def prepare() -> None:
     global _store, _pocl
     os.environ.setdefault("PYOPENCL_NO_CACHE", "1")
     with _prepare_lock:
-        if _store is None:
-            root = cache_directory() / "opencl"
-            try:
+        root = cache_directory() / "opencl"
+        try:
+            if _store is None:
                 root.mkdir(parents=True, exist_ok=True)
-            except OSError as error:
-                log.debug("no OpenCL cache: %s", error)
-                return
-            _store = Store(root / "store")
-            _pocl = _pocl_run(_store, root / "pocl-runs")
+                _store = Store(root / "store")
+                _pocl = _pocl_run(_store, root / "pocl-runs")
+        except OSError as error:
+            log.debug("no OpenCL cache on disk: %s", error)
     _check_invoker_cache()
 
 
@@ -270,10 +269,11 @@ def _new_run(runs: Path) -> tuple[Path, int]:
 def _remove_stale(runs: Path) -> None:
     """Delete the run directories of processes that have exited."""
     for run in runs.iterdir():
-        try:
-            lock_fd = os.open(run / "lock", os.O_RDWR)
-        except OSError:
-            # No lock: being made right now, or abandoned half made (then old).
+        lock_fd = None
+        if not run.name.startswith(".new-"):  # a new one's lock may not be taken yet
+            with contextlib.suppress(OSError):
+                lock_fd = os.open(run / "lock", os.O_RDWR)
+        if lock_fd is None:  # being made right now, or abandoned half made (then old)
             with contextlib.suppress(OSError):
                 if time.time() - run.stat().st_mtime > STALE_SECONDS:
                     shutil.rmtree(run, ignore_errors=True)
