@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hal.disk_cache import CorruptEntryError, Store, cache_directory
+from hal_opencl.malloc import mapped_large_allocations
 
 try:
     import fcntl
@@ -303,12 +304,14 @@ def build(
 
     store = _store
     if store is None:
-        return program.build(options=list(options), devices=[cl_device])
+        with mapped_large_allocations():
+            return program.build(options=list(options), devices=[cl_device])
     key = _program_key(cl_device, source, options)
     if cl_device.platform.name.strip() == POCL_PLATFORM:
-        if _pocl is None:
-            return program.build(options=list(options), devices=[cl_device])
-        _pocl.build(program, cl_device, key, options)
+        with mapped_large_allocations():  # PoCL's buffers fragmented the heap (hal_opencl.malloc)
+            if _pocl is None:
+                return program.build(options=list(options), devices=[cl_device])
+            _pocl.build(program, cl_device, key, options)
         return program
     cached = _from_binary(store, key, context, cl_device, options)
     if cached is not None:
