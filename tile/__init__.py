@@ -22,12 +22,14 @@ from tile.errors import (
     ExecutionError,
     TileBindError,
     TileError,
+    TileGradientError,
     TileOutOfMemory,
     TileSyntaxError,
     TileTypeError,
     TileUnsupported,
 )
 from tile.runtime.api import Device, Tensor, device, devices
+from tile.runtime.gradient import GradientFunction, gradient, value_and_grad
 from tile.runtime.invoke import Function, Invocation, Invoker, run
 
 logging.getLogger("tile").addHandler(logging.NullHandler())
@@ -42,17 +44,21 @@ __all__ = [
     "Diagnostic",
     "ExecutionError",
     "Function",
+    "GradientFunction",
     "Invocation",
     "Invoker",
     "Tensor",
     "TensorShape",
     "TileBindError",
     "TileError",
+    "TileGradientError",
     "TileOutOfMemory",
     "TileSyntaxError",
     "TileTypeError",
     "TileUnsupported",
     "device",
     "devices",
+    "gradient",
     "run",
+    "value_and_grad",
 ]

@@ -105,6 +105,11 @@ class TileBindError(TileTypeError):
     """E-BIND: the inputs given to `Function.bind` do not fit the function's header."""
 
 
+class TileGradientError(TileError):
+    """E-GRAD: a gradient was asked of something that is not an output, with respect to
+    something that is not an input, or through a statement with no gradient rule."""
+
+
 def make_error(diagnostics: Iterable[Diagnostic]) -> TileError:
     """The error class that fits the first diagnostic's code."""
     items = tuple(diagnostics)

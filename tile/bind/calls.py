@@ -9,12 +9,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from semtree.types import DType, TensorShape, promote
+from tile.bind.arguments import as_tensor, dtype_of, require_float, sizes_arg, tensor_arg
 from tile.bind.evaluate import Const, FoldError, TypeRuleError, fold_mod
-from tile.bind.polynomial import Polynomial
-from tile.bind.program import BoundAccess, BoundContraction, OpKind
+from tile.bind.helpers import bind_dim, bind_helper
+from tile.bind.program import OpKind
 from tile.bind.values import BindFailure, Poison, PrngValue, TensorValue, TupleValue
 from tile.lang.builtins import Kind
-from tile.lang.syntax import AggOp, CombOp
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -53,7 +53,7 @@ def call_builtin(
         case Kind.COMPILE_TIME:
             return _compile_time(binder, fn, values, texts, span, text)
         case Kind.HELPER:
-            return _helper(binder, fn, values, texts, span, text)
+            return bind_helper(binder, fn, values, texts, span, text)
         case _:
             return binder.apply(fn, values, texts, span, text)
 
@@ -90,32 +90,13 @@ def _expansion(
                 return apply("cond", [less, fzero, x], [text, "0.0", texts[0]])
             case _:  # sigmoid: 1.0 / (1.0 + exp(-x))
                 (x,) = values
-                _require_float(binder, fn, values, span)
+                require_float(binder, fn, values, span)
                 negated = apply("neg", [x], texts)
                 power = apply("exp", [negated], [f"-{texts[0]}"])
                 total = apply("add", [one, power], ["1.0", text])
                 return apply("div", [one, total], ["1.0", text])
     except TypeRuleError as err:  # pragma: no cover - apply() reports its own
         raise binder.fail("E-TYPE", str(err), span) from None
-
-
-def _require_float(binder: Binder, fn: str, values: list[Value], span: Span | None) -> None:
-    dtypes = [_dtype(v) for v in values]
-    if dtypes and not promote(dtypes).is_float:
-        types = " and ".join(d.short for d in dtypes)
-        raise binder.fail(
-            "E-TYPE",
-            f"'{fn}' needs a float argument, not {types}; convert first with as_float(X, 32)",
-            span,
-        )
-
-
-def _dtype(value: Value) -> DType:
-    if isinstance(value, TensorValue):
-        return value.shape.dtype
-    if isinstance(value, Const):
-        return value.dtype
-    raise BindFailure
 
 
 # ---- spec 9.4: conversions ---------------------------------------------------------------------
@@ -144,42 +125,13 @@ def _cast(
 # ---- spec 9.5, 9.6: shape, indexing and random builtins ----------------------------------------
 
 
-def _tensor(binder: Binder, value: Value, text: str, span: Span | None, fn: str) -> TensorValue:
-    plain = binder.plain(value, text, span)
-    if isinstance(plain, TensorValue):
-        return plain
-    raise binder.fail(
-        "E-ARG", f"'{fn}' needs a tensor, but '{text}' is a {plain.dtype.short} constant", span
-    )
-
-
-def _as_tensor(binder: Binder, value: Value, text: str, span: Span | None) -> TensorValue:
-    """A tensor, or a constant read as a 0-D tensor (spec 6.3)."""
-    plain = binder.plain(value, text, span)
-    if isinstance(plain, TensorValue):
-        return plain
-    return TensorValue(binder.const_name(plain), TensorShape(plain.dtype, ()), text)
-
-
-def _sizes(
-    binder: Binder, values: Sequence[Value], texts: Sequence[str], span: Span | None, fn: str
-) -> tuple[int, ...]:
-    sizes = []
-    for value, text in zip(values, texts, strict=True):
-        size = binder.integer(value, text, span, "E-ARG", f"each size of '{fn}'")
-        if size < 1:
-            raise binder.fail("E-ARG", f"'{fn}' sizes must be at least 1, not {size}", span)
-        sizes.append(size)
-    return tuple(sizes)
-
-
 def _special(
     binder: Binder, fn: str, values: list[Value], texts: list[str], span: Span | None, text: str
 ) -> Value:
     match fn:
         case "reshape":
-            source = _as_tensor(binder, values[0], texts[0], span)
-            dims = _sizes(binder, values[1:], texts[1:], span, fn)
+            source = as_tensor(binder, values[0], texts[0], span)
+            dims = sizes_arg(binder, values[1:], texts[1:], span, fn)
             shape = TensorShape(source.shape.dtype, dims)
             if shape.size != source.shape.size:
                 raise binder.fail(
@@ -190,7 +142,7 @@ def _special(
                 )
             return binder.emit(OpKind.SPECIAL, "reshape", [source], shape, span=span, text=text)
         case "index":
-            source = _tensor(binder, values[0], texts[0], span, fn)
+            source = tensor_arg(binder, values[0], texts[0], span, fn)
             axis = binder.integer(values[1], texts[1], span, "E-ARG", "the axis of 'index'")
             if not 0 <= axis < source.shape.rank:
                 raise binder.fail(
@@ -204,7 +156,7 @@ def _special(
                 OpKind.SPECIAL, "index", [source], shape, params=(axis,), span=span, text=text
             )
         case "shape":
-            source = _tensor(binder, values[0], texts[0], span, fn)
+            source = tensor_arg(binder, values[0], texts[0], span, fn)
             if source.shape.rank == 0:
                 raise binder.fail(
                     "E-ARG",
@@ -214,7 +166,7 @@ def _special(
             shape = TensorShape(DType.INT32, (source.shape.rank,))
             return binder.emit(OpKind.SPECIAL, "shape", [source], shape, span=span, text=text)
         case "gather":
-            table = _tensor(binder, values[0], texts[0], span, fn)
+            table = tensor_arg(binder, values[0], texts[0], span, fn)
             index = _index_tensor(binder, values[1], texts[1], span, fn)
             if table.shape.rank == 0:
                 raise binder.fail(
@@ -229,14 +181,14 @@ def _special(
         case "scatter":
             return _scatter(binder, values, texts, span, text)
         case "prng_step":
-            state = _tensor(binder, values[0], texts[0], span, fn)
+            state = tensor_arg(binder, values[0], texts[0], span, fn)
             if state.shape.dims != PRNG_STATE.dims or state.shape.dtype is not DType.UINT32:
                 raise binder.fail(
                     "E-SHAPE",
                     f"the prng state must be {PRNG_STATE}, but {state.describe()} was given",
                     span,
                 )
-            dims = _sizes(binder, values[1:], texts[1:], span, fn)
+            dims = sizes_arg(binder, values[1:], texts[1:], span, fn)
             step = binder.prng_count
             binder.prng_count += 1
             binder.prng_uses[step] = {"value": 0, "state": 0}
@@ -270,7 +222,7 @@ def _special(
 def _index_tensor(
     binder: Binder, value: Value, text: str, span: Span | None, fn: str
 ) -> TensorValue:
-    index = _as_tensor(binder, value, text, span)
+    index = as_tensor(binder, value, text, span)
     if index.shape.dtype is not DType.INT32:
         raise binder.fail(
             "E-ARG",
@@ -283,9 +235,9 @@ def _index_tensor(
 def _scatter(
     binder: Binder, values: list[Value], texts: list[str], span: Span | None, text: str
 ) -> Value:
-    source = _tensor(binder, values[0], texts[0], span, "scatter")
+    source = tensor_arg(binder, values[0], texts[0], span, "scatter")
     index = _index_tensor(binder, values[1], texts[1], span, "scatter")
-    target = _tensor(binder, values[2], texts[2], span, "scatter")
+    target = tensor_arg(binder, values[2], texts[2], span, "scatter")
     rank = index.shape.rank
     if source.shape.dims[:rank] != index.shape.dims or source.shape.rank < rank:
         raise binder.fail(
@@ -337,7 +289,7 @@ def _compile_time(
             a = binder.integer(values[0], texts[0], span, "E-CONST", "each argument of 'mod'")
             b = binder.integer(values[1], texts[1], span, "E-CONST", "each argument of 'mod'")
             try:
-                return fold_mod(Const.of(a, _dtype(values[0])), Const.of(b, _dtype(values[1])))
+                return fold_mod(Const.of(a, dtype_of(values[0])), Const.of(b, dtype_of(values[1])))
             except FoldError as err:
                 raise binder.fail(err.code, f"{err.message}: '{text}'", span) from None
         case "broadcast":
@@ -350,7 +302,9 @@ def _compile_time(
                 raise binder.fail(
                     "E-SHAPE", f"sizes {', '.join(map(str, sizes))} do not broadcast", span
                 )
-            return Const.of(distinct.pop() if distinct else 1, promote(map(_dtype, values)))
+            return Const.of(distinct.pop() if distinct else 1, promote(map(dtype_of, values)))
+        case "dim":
+            return bind_dim(binder, values, texts, span)
         case "tuple":
             return TupleValue(tuple(values))
         case _:  # element
@@ -365,126 +319,3 @@ def _compile_time(
                     span,
                 )
             return group.members[member]
-
-
-# ---- spec 9.8: frontend helpers ----------------------------------------------------------------
-
-
-def _helper(
-    binder: Binder, fn: str, values: list[Value], texts: list[str], span: Span | None, text: str
-) -> Value:
-    def apply(name: str, args: Sequence[Value], arg_texts: Sequence[str]) -> Value:
-        return binder.apply(name, args, arg_texts, span, text)
-
-    match fn:
-        case "reverse_grad":
-            return binder.plain(values[0], texts[0], span)
-        case "builtin_binary_crossentropy":
-            p, t = values[0], values[1]
-            _require_float(binder, fn, [p, t], span)
-            one = Const.of(1, DType.INT32)
-            first = apply(
-                "mul", [apply("neg", [t], texts[1:2]), apply("log", [p], texts[:1])], [text, text]
-            )
-            rest = apply(
-                "mul",
-                [
-                    apply("sub", [one, t], ["1", texts[1]]),
-                    apply("log", [apply("sub", [one, p], ["1", texts[0]])], [text]),
-                ],
-                [text, text],
-            )
-            return apply("sub", [first, rest], [text, text])
-        case "simple_reduce":
-            return _simple_reduce(binder, values, texts, span, text)
-        case _:  # builtin_softmax, builtin_logsoftmax
-            source = _tensor(binder, values[0], texts[0], span, fn)
-            _require_float(binder, fn, [source], span)
-            rows = binder.integer(values[1], texts[1], span, "E-ARG", f"the rows of '{fn}'")
-            cols = binder.integer(values[2], texts[2], span, "E-ARG", f"the columns of '{fn}'")
-            if source.shape.dims != (rows, cols):
-                raise binder.fail(
-                    "E-SHAPE",
-                    f"'{fn}' expects a [{rows}, {cols}] tensor, but {source.describe()} was given",
-                    span,
-                )
-            peak = _row_reduce(binder, AggOp.MAX, source, span, text)
-            shifted = apply("sub", [source, peak], [texts[0], text])
-            powers = apply("exp", [shifted], [text])
-            total = _row_reduce(binder, AggOp.SUM, powers, span, text)  # type: ignore[arg-type]
-            if fn == "builtin_softmax":
-                return apply("div", [powers, total], [text, text])
-            return apply("sub", [shifted, apply("log", [total], [text])], [text, text])
-
-
-def _row_reduce(
-    binder: Binder, agg: AggOp, source: TensorValue, span: Span | None, text: str
-) -> TensorValue:
-    """`R[i, 0: rows, 1] = agg(X[i, j])`: a row reduction kept 2-D for broadcasting."""
-    i, j = Polynomial.var("i"), Polynomial.var("j")
-    zero = Polynomial.constant(0)
-    rows = source.shape.dims[0]
-    output = binder.temp_name()
-    contraction = BoundContraction(
-        agg,
-        CombOp.NONE,
-        (BoundAccess(output, (i, zero)), BoundAccess(source.name, (i, j))),
-        (),
-        ("i", "j"),
-    )
-    shape = TensorShape(source.shape.dtype, (rows, 1))
-    return binder.emit(
-        OpKind.CONTRACTION,
-        "",
-        [source],
-        shape,
-        span=span,
-        target=output,
-        text=text,
-        contraction=contraction,
-    )
-
-
-def _simple_reduce(
-    binder: Binder, values: list[Value], texts: list[str], span: Span | None, text: str
-) -> Value:
-    source = _as_tensor(binder, values[0], texts[0], span)
-    target = _sizes(binder, values[1:], texts[1:], span, "simple_reduce")
-    dims = source.shape.dims
-    offset = len(dims) - len(target)
-    if target == dims:
-        return source
-    names = [f"i{axis}" for axis in range(len(dims))]
-    out_polys = []
-    for position, size in enumerate(target):
-        axis = offset + position
-        own = dims[axis] if axis >= 0 else 1
-        if size == own:
-            out_polys.append(Polynomial.var(names[axis]) if axis >= 0 else Polynomial.constant(0))
-        elif size == 1:
-            out_polys.append(Polynomial.constant(0))
-        else:
-            raise binder.fail(
-                "E-SHAPE",
-                f"cannot reduce {source.describe()} to "
-                f"[{', '.join(map(str, target))}]: size {size} is neither 1 nor {own}",
-                span,
-            )
-    output = binder.temp_name()
-    access = BoundAccess(source.name, tuple(Polynomial.var(n) for n in names))
-    contraction = BoundContraction(
-        AggOp.SUM, CombOp.NONE, (BoundAccess(output, tuple(out_polys)), access), (), tuple(names)
-    )
-    if source.shape.dtype.is_bool:
-        raise binder.fail("E-TYPE", f"cannot sum the bool values of {source.describe()}", span)
-    shape = TensorShape(source.shape.dtype, target)
-    return binder.emit(
-        OpKind.CONTRACTION,
-        "",
-        [source],
-        shape,
-        span=span,
-        target=output,
-        text=text,
-        contraction=contraction,
-    )

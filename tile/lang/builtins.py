@@ -74,6 +74,9 @@ def _table() -> dict[str, Builtin]:
     add(Kind.HELPER, 3, 3, "builtin_softmax", "builtin_logsoftmax", "builtin_binary_crossentropy")
     add(Kind.HELPER, 2, 2, "reverse_grad")
     add(Kind.HELPER, 1, None, "simple_reduce")
+    # Extensions for automatic differentiation (tile.grad; docs/GRADIENTS.md).
+    add(Kind.COMPILE_TIME, 2, 2, "dim")
+    add(Kind.HELPER, 2, 2, "cotangent", "reshape_like")
     return {entry.name: entry for entry in entries}
 
 
