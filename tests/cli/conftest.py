@@ -87,6 +87,12 @@ COMMANDS: dict[str, tuple[list[str], dict[str, str]]] = {
         ["dump", "{dir}/matmul.tile", "--shape", "A=16x8", "B=8x4", "--stage", "kernels"],
         {},
     ),
+    "grad_source": (["dump", "{dir}/matmul.tile", "--grad", "C:A", "--stage", "source"], {}),
+    "grad_run": (
+        ["run", "{dir}/softmax.tile", "--grad", "Y", "--shape", "X=3x5", "DY=3x5", "--check"],
+        {},
+    ),
+    "bad_grad": (["dump", "{dir}/matmul.tile", "--grad", "Z:A", "--stage", "source"], {}),
     "bad_file": (["run", "{dir}/syntax.tile", "--shape", "A=2x2", "B=2x2"], {}),
     "debug": (
         ["run", "{dir}/softmax.tile", "--shape", "X=4x8", "--repeat", "1"],

@@ -58,6 +58,16 @@ def test_dump_kernels(cli: dict[str, Result]) -> None:
     assert "C[m, n: 16, 4] = +(A[m, k] * B[k, n])" in out and "void tile_0(" in out
 
 
+def test_gradient_functions_are_dumped_and_run_like_any_other(cli: dict[str, Result]) -> None:
+    source = _ok(cli["grad_source"]).stdout
+    assert source.startswith("function (A[M, K], B[K, N], DC[M, N]) -> (DA) {")
+    assert "G_A[m, k: M, K] = +(G_C[m, n] * B[k, n]);" in source
+    run = _ok(cli["grad_run"]).stdout
+    assert "output DX: f32[3, 5]" in run and "every device agrees" in run
+    bad = cli["bad_grad"]
+    assert bad.returncode == 2 and "E-GRAD" in bad.stderr and "'Z' is not an output" in bad.stderr
+
+
 def test_error_in_the_file_prints_the_caret_and_exits_2(cli: dict[str, Result]) -> None:
     result = cli["bad_file"]
     assert result.returncode == 2 and result.stdout == ""

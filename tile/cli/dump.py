@@ -2,6 +2,7 @@
 
 Place in the pipeline: it calls each stage the way the runtime does, and prints its result.
 
+- `source`: the Tile text (with `--grad`, of the gradient function); needs no shapes;
 - `ast`: the syntax tree as parsed (positions as `@line:column`); needs no shapes;
 - `bound`: the bound program (every value with its shape and element type);
 - `flat`: the flattened form of every contraction (loops, strides, offsets, guards);
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
     from tile.runtime.api import Device
     from tile.runtime.invoke import Function
 
-STAGES = ("ast", "bound", "flat", "kernels", "opencl", "llvm")
+STAGES = ("source", "ast", "bound", "flat", "kernels", "opencl", "llvm")
 
 # Backend stages: the registry's backend, its device id prefix, and what the code is.
 BACKEND_STAGES = {
@@ -57,7 +58,10 @@ LINE_WIDTH = 96
 
 
 def dump_command(args: argparse.Namespace) -> int:
-    function = load_function(args.file)
+    function = load_function(args.file, args.grad)
+    if args.stage == "source":
+        print(function.source, end="" if function.source.endswith("\n") else "\n")
+        return EXIT_OK
     if args.stage == "ast":
         print("\n".join(syntax_tree(function.ast)))
         return EXIT_OK

@@ -18,6 +18,7 @@ import numpy as np
 
 from semtree.types import DType
 from tile.runtime.api import device as find_device
+from tile.runtime.gradient import gradient
 from tile.runtime.invoke import Function
 
 if TYPE_CHECKING:
@@ -33,8 +34,9 @@ class UsageError(Exception):
     """A request the command line cannot carry out as asked (exit status 2)."""
 
 
-def load_function(path: str) -> Function:
-    """The Tile function in file `path`, named after the file (raises TileError)."""
+def load_function(path: str, grad: str | None = None) -> Function:
+    """The Tile function in file `path`, named after the file (raises TileError); with
+    `grad` ("O:A,B", or "O" for every input), its gradient function instead (tile.gradient)."""
     file = Path(path)
     try:
         source = file.read_text()
@@ -44,7 +46,13 @@ def load_function(path: str) -> Function:
     function = Function(source, name=name)
     for warning in function.warnings:
         print(f"{path}: {warning}", file=sys.stderr)
-    return function
+    if grad is None:
+        return function
+    of, colon, names = grad.partition(":")
+    wrt = tuple(name.strip() for name in names.split(",") if name.strip()) if colon else None
+    if not of.strip() or (colon and not wrt):
+        raise UsageError(f"--grad {grad!r}: write OUTPUT:INPUT[,INPUT...] or OUTPUT")
+    return gradient(function, of=of.strip(), wrt=wrt)
 
 
 def parse_shapes(items: Sequence[str]) -> dict[str, tuple[int, ...]]:

@@ -177,6 +177,12 @@ def _add_program_options(parser: argparse.ArgumentParser) -> None:
         help="device id or backend, e.g. opencl.0 (default: TILE_DEVICE, else llvm_cpu.0)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (0)")
+    parser.add_argument(
+        "--grad",
+        metavar="OUTPUT[:INPUT,...]",
+        help="take the gradient function of OUTPUT with respect to the inputs (default: all) "
+        "instead; its cotangent input is D<OUTPUT>, e.g. --grad C:A --shape DC=4x5",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -99,7 +99,7 @@ def time_on(function: Function, inputs: dict[str, object], device: Device, repea
 
 
 def run_command(args: argparse.Namespace) -> int:
-    function = load_function(args.file)
+    function = load_function(args.file, args.grad)
     inputs = make_inputs(function, args)
     chosen = pick_device(args.device)
     repeat = max(0, args.repeat)

@@ -137,6 +137,9 @@ class _Deriver:
         for name in self.wrt:
             output = self._fresh("D" + name)
             parts = self.contributions.get(name)
+            if parts and len(parts) == 1 and self._rename(parts[0], output):
+                outputs.append((name, output))
+                continue
             if parts:
                 value = parts[0]
                 for part in parts[1:]:
@@ -162,6 +165,15 @@ class _Deriver:
             scalar=scalar,
             with_value=self.with_value,
         )
+
+    def _rename(self, part: Expr, output: str) -> bool:
+        """Let the statement that computes `part` write `output` instead, if it is one of ours."""
+        for index, statement in enumerate(self.emitted):
+            if isinstance(part, Name) and statement.target == part.name:
+                if isinstance(statement, Assign):
+                    self.emitted[index] = Assign(output, statement.value)
+                    return True
+        return False
 
     def _fail(self, message: str, span: Span | None = None) -> TileGradientError:
         return TileGradientError(diagnostic("E-GRAD", message, span, self.source))
