@@ -7,6 +7,11 @@ Run: `PYTHONPATH=. python benchmarks/memory.py [--shapes 1000] [--warm 200] [--d
 Without `--device` it measures `llvm_cpu.0` and every OpenCL device `tile.devices()` lists.
 Evicted programs must release their device code and buffers: the growth after the warm-up
 stays under `--limit` MB (default 20) per device, else the exit status is 1.
+
+The shapes keep every program about the same size: shapes are compiled in, and LLVM unrolls
+loops of up to a few dozen iterations completely, so a function whose loops grew from 10 to
+40 iterations would hold programs ever larger in the same 128 cache places. Here the loops
+run 64 and more times (N grows by one per shape; M cycles through 64 to 71).
 """
 
 from __future__ import annotations
@@ -51,7 +56,7 @@ def measure(device: str, shapes: int, warm: int) -> dict[str, float]:
     random = np.random.default_rng(0)
     result: dict[str, float] = {}
     for index in range(shapes):
-        n, m = 3 + index % 37, 5 + index // 37
+        n, m = 64 + index, 64 + index % 8
         a = random.random((n, m), dtype=np.float32)
         b = random.random(m, dtype=np.float32)
         outputs = function(device=device, A=a, B=b)

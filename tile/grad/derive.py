@@ -169,10 +169,10 @@ class _Deriver:
     def _rename(self, part: Expr, output: str) -> bool:
         """Let the statement that computes `part` write `output` instead, if it is one of ours."""
         for index, statement in enumerate(self.emitted):
-            if isinstance(part, Name) and statement.target == part.name:
-                if isinstance(statement, Assign):
-                    self.emitted[index] = Assign(output, statement.value)
-                    return True
+            same = isinstance(part, Name) and statement.target == part.name
+            if same and isinstance(statement, Assign):
+                self.emitted[index] = Assign(output, statement.value)
+                return True
         return False
 
     def _fail(self, message: str, span: Span | None = None) -> TileGradientError:
