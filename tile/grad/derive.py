@@ -55,7 +55,7 @@ from tile.lang.syntax import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
 
 # Calls whose cotangent rule is not elementwise: their argument receives a transformed
 # cotangent of exactly the call's shape.
@@ -65,6 +65,27 @@ _STRUCTURAL = frozenset(
         "builtin_softmax", "builtin_logsoftmax",
     }
 )  # fmt: skip
+
+
+# Builtins with no gradient rule whose result has the broadcast shape of their arguments.
+ELEMENTWISE = CONSTANT - {"index", "shape", "prng_step", "prng_value", "prng_state"}
+
+
+def _calls(node: Expr) -> Iterator[Call]:
+    match node:
+        case Call(args=args):
+            yield node
+            for arg in args:
+                yield from _calls(arg)
+        case Unary(operand=operand):
+            yield from _calls(operand)
+        case Binary(lhs=lhs, rhs=rhs):
+            yield from _calls(lhs)
+            yield from _calls(rhs)
+        case Ternary(cond=cond, then=then, other=other):
+            yield from _calls(cond)
+            yield from _calls(then)
+            yield from _calls(other)
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,13 +255,20 @@ class _Deriver:
         return tuple(call("dim", Name(name), IntLit(axis)) for axis in range(rank))
 
     def _rank(self, name: str) -> int | None:
+        """The rank of `name` where the source fixes it whatever the binding, else None."""
         decl = self.inputs.get(name)
         if decl is not None:
             return None if decl.dims is None else len(decl.dims)
         statement = self.defs.get(name)
         if isinstance(statement, ContractionStmt):
             return len(statement.out.indices)
-        return None
+        if statement is None:
+            return 0  # a dimension size
+        calls = [node.fn for node in _calls(statement.value)]
+        if any(fn not in RULES and fn not in ELEMENTWISE for fn in calls):
+            return None  # reshape, gather, tuple, ... change the shape
+        ranks = [self._rank(read) for read in set(expr_names(statement.value))]
+        return None if None in ranks else max(ranks, default=0)  # type: ignore[type-var]
 
     def _cotangent_input(self, cotangent: str) -> tuple[InputDecl, list[Statement], bool]:
         """The cotangent's declaration (the output's sizes where they are names), the checks
