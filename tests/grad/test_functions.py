@@ -133,6 +133,11 @@ function (V[R, C], I[K], E[K, C]) -> (O) {
         "O[2 * i: 2 * N] = +(B2[i]);",  # strided output: gaps are unwritten
         "O[i: N] = +(B2[k]), i - k < N;",  # cumulative sum
         "O[i: N] = +(A[i, j] == A[i, j] ? B[j]);",  # the conditional combination
+        "O[i: N] = >(A[i, j] * B[j]);",  # the extreme of a product
+        "O[j: M] = <(A[i, j] + B2[i]);",  # the extreme of a sum
+        "O[i: N] = >(B2[i] == B2[i] ? A[i, j]);",  # the extreme of a conditional
+        "O[i: N] = *(A[i, j] * B[j]);",  # the product of products
+        "O[i: N] = *(A[i, j] + B[j]);",  # the product of sums
     ],
 )
 def test_contraction_forms(body: str) -> None:
@@ -193,7 +198,7 @@ def test_the_cotangent_must_have_the_output_shape() -> None:
 
 
 def test_requests_that_cannot_be_differentiated_are_errors() -> None:
-    source = "function (A[N], B[N]) -> (O, P) { O[i: N] = >(A[i] * B[j]); P = A; }"
+    source = "function (A[N], B[N]) -> (O, P) { O[i: N] = *(A[i] == B[j] ? B[j]); P = A; }"
     with pytest.raises(tile.TileGradientError, match="not supported") as error:
         tile.gradient(source, of="O")
     assert error.value.code == "E-GRAD" and error.value.line == 1

@@ -450,6 +450,43 @@ class _Deriver:
                         TensorRef(inverse.name, ref.indices),
                     )
                     kind = CombOp.MUL
+                case (AggOp.MAX | AggOp.MIN, CombOp.MUL | CombOp.ADD):
+                    # Every tuple whose combined value is the extreme passes the cotangent
+                    # times the other operand (MUL) or as it is (ADD): the combined values
+                    # are compared where an outer product of the operands holds them.
+                    other = others[0]
+                    values = self._outer(statement, (ref, other), comb)
+                    if comb is CombOp.MUL:
+                        weights = self._outer(statement, (g_ref, other), CombOp.MUL, out.sizes)
+                    else:
+                        weights = self._outer(
+                            statement, (g_ref, self._ones(other)), CombOp.MUL, out.sizes
+                        )
+                    extreme = TensorRef(out.name, out.indices)
+                    body, kind = (values, extreme, weights), CombOp.COND
+                case (AggOp.MAX | AggOp.MIN, CombOp.COND):
+                    if index != 2:
+                        continue  # the compared values select; they carry no gradient
+                    values = self._outer(statement, operands, comb)
+                    # the cotangent where the compared values are equal, else 0
+                    pair = (operands[0], operands[1], g_ref)
+                    weights = self._outer(statement, pair, CombOp.COND, out.sizes, first=2)
+                    extreme = TensorRef(out.name, out.indices)
+                    body, kind = (values, extreme, weights), CombOp.COND
+                case (AggOp.PROD, CombOp.MUL | CombOp.ADD):
+                    # d(prod)/d(factor) = prod / factor, per tuple
+                    scaled = self._temp(f"G_{out.name}", mul(g, Name(out.name)))
+                    factors = self._outer(statement, (ref, others[0]), comb)
+                    inverse = self._temp(f"R_{ref.name}", div(ONE, Name(factors.name)))
+                    scaled_ref = TensorRef(scaled.name, out.indices)
+                    if comb is CombOp.MUL:  # factor x*y: (prod / (x*y)) * y
+                        weights = self._outer(
+                            statement, (scaled_ref, others[0]), CombOp.MUL, out.sizes
+                        )
+                        body = (weights, TensorRef(inverse.name, factors.indices))
+                    else:  # factor x+y: prod / (x+y)
+                        body = (scaled_ref, TensorRef(inverse.name, factors.indices))
+                    kind = CombOp.MUL
                 case _:
                     raise self._fail(
                         f"the gradient of a '{agg.value}' aggregation of a "
@@ -469,6 +506,41 @@ class _Deriver:
                 )
             )
             self._contribute(ref.name, Name(name))
+
+    def _outer(
+        self,
+        statement: ContractionStmt,
+        refs: Sequence[TensorRef],
+        comb: CombOp,
+        first_sizes: Sequence[Expr] | None = None,
+        first: int = 0,
+    ) -> TensorRef:
+        """A tensor holding `comb` of the operands `refs` for every combination of their
+        elements (an outer product: one dimension per dimension of each operand), and its
+        access at the operands' own indices. The operand `refs[first]` comes first; its
+        sizes are `first_sizes` when it is not one of the statement's operands (the
+        cotangent, accessed where the output is)."""
+        order = [first, *(k for k in range(len(refs)) if k != first)]
+        fresh = [[f"v{k}_{axis}" for axis in range(len(refs[k].indices))] for k in range(len(refs))]
+        sizes: list[Expr] = []
+        for k in order:
+            if k == first and first_sizes is not None:
+                sizes.extend(first_sizes)
+            else:
+                sizes.extend(self._dims(refs[k].name, len(refs[k].indices)))
+        name = self._fresh(f"P_{statement.target}")
+        self.emitted.append(
+            ContractionStmt(
+                out=OutSpec(name, tuple(PIndex(v) for k in order for v in fresh[k]), tuple(sizes)),
+                agg=AggOp.ASSIGN,
+                comb=comb,
+                operands=tuple(
+                    TensorRef(ref.name, tuple(PIndex(v) for v in names))
+                    for ref, names in zip(refs, fresh, strict=True)
+                ),
+            )
+        )
+        return TensorRef(name, tuple(index for k in order for index in refs[k].indices))
 
     def _ones(self, ref: TensorRef) -> TensorRef:
         """An access of ones shaped like `ref`'s tensor, at `ref`'s indices."""
