@@ -217,3 +217,18 @@ def test_the_gradient_source_is_ordinary_tile() -> None:
     assert again.inputs == ("A", "B", "DC") and again.outputs == ("DA", "DB")
     assert gradient.gradients == {"A": "DA", "B": "DB"}
     assert "G_A[m, k: M, K] = +(G_C[m, n] * B[k, n]);" in gradient.source
+
+
+def test_ties_of_a_maximum_pass_the_whole_gradient_to_every_maximal_element() -> None:
+    """The convention of docs/GRADIENTS.md (PlaidML's): no splitting, no single winner."""
+    gradient = tile.gradient("function (X[N]) -> (M) { M[] = >(X[i]); }")
+    shipped_devices()
+    for device in SHIPPED:
+        x = np.array([1.0, 3.0, -2.0, 3.0], np.float32)
+        got = np.asarray(gradient(device=device, X=x)["DX"])
+        assert got.tolist() == [0.0, 1.0, 0.0, 1.0], device
+        pair = tile.gradient("function (A[N], B[N]) -> (O) { O = max(A, B); }")
+        outputs = pair(device=device, A=x, B=x, DO=np.ones(4, np.float32))
+        # max(a, b) is a < b ? b : a (spec 9.1): a tie goes to a
+        assert np.asarray(outputs["DA"]).tolist() == [1.0] * 4
+        assert np.asarray(outputs["DB"]).tolist() == [0.0] * 4
