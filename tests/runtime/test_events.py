@@ -93,7 +93,7 @@ def test_temporaries_of_overlapping_runs_are_ordered(
 
 def test_mmap_current_waits_for_the_writer(fake: tile.Device, fake_hal: FakeDevice) -> None:
     gate = fake_hal.hold("neg")
-    out = NEGATE(fake, A=values(4))["O"]
+    out = NEGATE(device=fake, A=values(4))["O"]
     seen: list[np.ndarray] = []
     thread = threading.Thread(target=lambda: seen.append(out.to_numpy()))
     thread.start()
@@ -165,7 +165,7 @@ def test_kernels_wait_for_host_maps(fake: tile.Device, fake_hal: FakeDevice) -> 
 
 def test_failure_reaches_the_waiter_of_a_dependent(fake: tile.Device, fake_hal: FakeDevice) -> None:
     fake_hal.failing["neg"] = RuntimeError("kernel exploded")
-    failed = NEGATE(fake, A=values(1))
+    failed = NEGATE(device=fake, A=values(1))
     dependent = tile.Invoker(ADD_ONE, {"X": failed["O"]}).invoke()
     with pytest.raises(tile.ExecutionError) as caught:
         dependent.wait(10)
@@ -185,7 +185,7 @@ def test_failure_poisons_later_writers_until_discarded(
     fake: tile.Device, fake_hal: FakeDevice
 ) -> None:
     fake_hal.failing["neg"] = RuntimeError("broken")
-    target = NEGATE(fake, A=values(1))["O"]
+    target = NEGATE(device=fake, A=values(1))["O"]
     again = tile.Invoker(ADD_ONE, {"X": values(1)}, {"Y": target}).invoke()
     with pytest.raises(tile.ExecutionError, match="broken"):
         again.wait(10)

@@ -170,9 +170,9 @@ def test_a_tensor_bound_as_input_and_output(fake: tile.Device, fake_hal: FakeDev
 
 def test_scalar_constants_never_become_buffers(fake: tile.Device, generator: FakeGenerator) -> None:
     scale = tile.Function(SCALE)
-    out = scale(fake, A=f32(1, 2), K=3)["O"]
+    out = scale(device=fake, A=f32(1, 2), K=3)["O"]
     np.testing.assert_array_equal(out.to_numpy(), [3, 6])
-    out = scale(fake, A=f32(1, 2), K=np.array(4, np.int8))["O"]
+    out = scale(device=fake, A=f32(1, 2), K=np.array(4, np.int8))["O"]
     np.testing.assert_array_equal(out.to_numpy(), [4, 8])
     assert len(generator.calls) == 2  # constants are compiled in: one program per value
     for bound in list(generator.calls):
@@ -198,16 +198,16 @@ def test_tensors_of_one_call_share_a_device(cpu: tile.Device, fake: tile.Device)
     with pytest.raises(tile.DeviceMismatch, match="'B' on fake"):
         add(A=on_cpu, B=on_fake)
     with pytest.raises(tile.DeviceMismatch):
-        add(fake, A=on_cpu, B=f32(1))
+        add(device=fake, A=on_cpu, B=f32(1))
     invoker = tile.Invoker(NEGATE, {"A": on_cpu})
     with pytest.raises(tile.DeviceMismatch):
         invoker.set_output("O", tile.Tensor(fake, (1,)))
-    np.testing.assert_array_equal(add(fake, A=on_fake, B=2.0)["O"].to_numpy(), [3])
+    np.testing.assert_array_equal(add(device=fake, A=on_fake, B=2.0)["O"].to_numpy(), [3])
 
 
 def test_numpy_only_calls_run_on_the_requested_device(fake: tile.Device) -> None:
     negate = tile.Function(NEGATE, name="negate")
     assert negate.name == "negate" and "negate" in repr(negate)
-    outputs = negate(fake, A=f32(2))
+    outputs = negate(device=fake, A=f32(2))
     assert outputs["O"].device is fake
     np.testing.assert_array_equal(outputs["O"].to_numpy(), [-2])

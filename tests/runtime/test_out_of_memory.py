@@ -236,7 +236,7 @@ def test_a_failed_output_releases_the_uploads(
     function = tile.Function(source)
     monkeypatch.setattr(hal_llvm.memory, "HOST_MEMORY", LIMIT)
     with pytest.raises(tile.TileOutOfMemory) as caught:
-        function(cpu, A=np.ones(N, np.float32), B=np.ones(M, np.float32))
+        function(device=cpu, A=np.ones(N, np.float32), B=np.ones(M, np.float32))
     check_error(caught.value, "T", (N, M), 4 * N * M, cpu.id)
     del caught
     assert len(allocations) == 2 and survivors(allocations) == 0  # the uploads of A and B

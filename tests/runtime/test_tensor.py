@@ -106,7 +106,8 @@ def test_numpy_interop(cpu: tile.Device) -> None:
     assert np.asarray(tensor, dtype=np.int64).dtype == np.int64
     with pytest.raises(ValueError, match="without a copy"):
         np.array(tensor, copy=False)
-    assert repr(tensor) == "<Tensor float32[3] on llvm_cpu.0>"
+    assert repr(tensor) == "Tensor([0., 1., 2.], dtype=float32, device=llvm_cpu.0)"
+    np.testing.assert_array_equal(tensor.numpy(), [0, 1, 2])
 
 
 def test_copy_to_another_device(cpu: tile.Device, fake: tile.Device) -> None:

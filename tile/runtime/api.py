@@ -263,6 +263,10 @@ class Tensor:
         with self.device.runtime.mapped(self._state, write=True, discard=True) as raw:
             yield raw.view(self.dtype).reshape(self.shape)
 
+    def numpy(self) -> np.ndarray:
+        """The contents as a new numpy array, after the last writer (as `to_numpy`)."""
+        return self.to_numpy()
+
     def to(self, device: DeviceLike) -> Tensor:
         """A copy of this tensor on another device (through host memory)."""
         return Tensor.from_numpy(self.to_numpy(), device)
@@ -338,4 +342,18 @@ class Tensor:
         return math.prod(self.shape)
 
     def __repr__(self) -> str:
-        return f"<Tensor {self.dtype.name}{list(self.shape)} on {self.device.id}>"
+        """numpy-style, with the values (waiting for the last writer; large tensors are
+        summarised as numpy does): `Tensor([[1., 2.]], dtype=float32, device=llvm_cpu.0)`.
+        A tensor whose values cannot be read (its last writer failed) shows why instead."""
+        tail = f"dtype={self.dtype.name}, device={self.device.id}"
+        try:
+            with self.mmap_current() as view:
+                if self.size == 0:
+                    values = f"[], shape={self.shape}"
+                else:  # reads only the elements shown
+                    values = np.array2string(view, separator=", ", prefix="Tensor(")
+        except Exception as error:  # a repr never raises
+            reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+            shape = ", ".join(str(size) for size in self.shape)
+            return f"<Tensor {self.dtype.name}[{shape}] on {self.device.id}: {reason}>"
+        return f"Tensor({values}, {tail})"

@@ -32,10 +32,15 @@ class GradientFunction(Function):
         self.gradients = dict(gradient.gradients)
         self.scalar = gradient.scalar
 
-    def __call__(self, device: DeviceLike = None, **inputs: InputValue) -> dict[str, Tensor]:
-        if self.scalar and self.cotangent not in inputs:
-            inputs[self.cotangent] = 1.0
-        return super().__call__(device, **inputs)
+    def __call__(
+        self, *args: InputValue, device: DeviceLike = None, **inputs: InputValue
+    ) -> dict[str, Tensor]:
+        """Run like `Function.__call__` (positional inputs in declaration order, the
+        cotangent last); a scalar cotangent left out is 1."""
+        named = self.named_inputs(args, inputs)
+        if self.scalar and self.cotangent not in named:
+            named[self.cotangent] = 1.0
+        return super().__call__(device=device, **named)
 
 
 def _function(fn: Function | str) -> Function:

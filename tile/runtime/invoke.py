@@ -60,16 +60,44 @@ class Function(FrontEndFunction):
         given = {**(inputs or {}), **named}
         return super().bind({name: _bind_value(value) for name, value in given.items()})
 
-    def __call__(self, device: DeviceLike = None, **inputs: InputValue) -> dict[str, Tensor]:
+    def __call__(
+        self, *args: InputValue, device: DeviceLike = None, **inputs: InputValue
+    ) -> dict[str, Tensor]:
         """Run asynchronously and return new output tensors by name.
 
-        numpy arrays of rank >= 1 are uploaded first; plain numbers and 0-d arrays bind as
-        constants (spec 6.3), compiled in by value (pass a 0-d Tensor for a value that
-        changes every call). The device is that of the tensor inputs (which must agree, and
-        agree with `device` if given: DeviceMismatch), else `device`, else the default.
-        Reading an output waits for it.
+        Inputs bind positionally in the order the function declares them (`fn(a, b)`), by
+        name (`fn(A=a, B=b)`), or both; the device is given only by keyword. numpy arrays of
+        rank >= 1 are uploaded first; plain numbers and 0-d arrays bind as constants (spec
+        6.3), compiled in by value (pass a 0-d Tensor for a value that changes every call).
+        The device is that of the tensor inputs (which must agree, and agree with `device` if
+        given: DeviceMismatch), else `device`, else the default. Reading an output waits for
+        it. Too many positional inputs, or one given twice, is a TypeError.
         """
-        return Invoker(self, inputs, device=device).invoke().outputs
+        return Invoker(self, self.named_inputs(args, inputs), device=device).invoke().outputs
+
+    def named_inputs(
+        self, args: tuple[InputValue, ...], inputs: Mapping[str, InputValue]
+    ) -> dict[str, InputValue]:
+        """The inputs of a call by name: `args` bound in declaration order, then `inputs`."""
+        names = self.inputs
+        if len(args) > len(names):
+            declared = ", ".join(names) or "none"
+            raise TypeError(
+                f"{self.name}() takes {len(names)} input{'s' if len(names) != 1 else ''} "
+                f"({declared}), but {len(args)} were given positionally"
+            )
+        for value in args:
+            if isinstance(value, (str, Device)):
+                raise TypeError(
+                    f"{self.name}(): the device is given by keyword (device={value!r}); "
+                    "positional arguments are inputs"
+                )
+        named = dict(zip(names, args, strict=False))
+        for name, value in inputs.items():
+            if name in named:
+                raise TypeError(f"{self.name}() got two values for input '{name}'")
+            named[name] = value
+        return named
 
     def __repr__(self) -> str:
         return f"Function({self.source!r}, name={self.name!r})"
