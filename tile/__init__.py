@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 
 from semtree.types import DType, TensorShape
+from tile._version import __version__
 from tile.errors import (
     BackendCompileError,
     DeviceError,
@@ -27,6 +28,7 @@ from tile.errors import (
     TileSyntaxError,
     TileTypeError,
     TileUnsupported,
+    TileWarning,
 )
 from tile.runtime.api import Device, Tensor, device, devices
 from tile.runtime.gradient import GradientFunction, gradient, value_and_grad
@@ -56,6 +58,8 @@ __all__ = [
     "TileSyntaxError",
     "TileTypeError",
     "TileUnsupported",
+    "TileWarning",
+    "__version__",
     "device",
     "devices",
     "gradient",

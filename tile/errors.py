@@ -13,6 +13,9 @@ column 0 ("no position"); HAL failures reach users as these, with the HAL except
 
 from __future__ import annotations
 
+import os
+import sys
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -45,6 +48,26 @@ class Diagnostic:
         caret = len(self.source_line[: max(self.column - 1, 0)].expandtabs(4))
         gutter = " " * len(str(self.line))
         return f"{head}\n {self.line} | {text}\n {gutter} | {' ' * caret}^"
+
+
+class TileWarning(UserWarning):
+    """A warning about a Tile program (`W-PREC`, `W-DEAD`, ...), issued through Python's
+    `warnings` when a `Function` is built; its text is the diagnostic with its caret, and
+    `diagnostic` is the `Diagnostic` itself (also listed on `Function.warnings`)."""
+
+    def __init__(self, diagnostic: Diagnostic) -> None:
+        super().__init__(str(diagnostic))
+        self.diagnostic = diagnostic
+
+
+def warn(diagnostic: Diagnostic) -> None:
+    """Issue `diagnostic` as a TileWarning attributed to the first caller outside `tile`
+    (so Python's filters show each warning once per place in the user's code)."""
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame, level = sys._getframe(0), 1
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(TileWarning(diagnostic), stacklevel=level)
 
 
 def source_line(source: str, line: int) -> str:

@@ -453,8 +453,18 @@ def test_unexpected_token_is_quoted_as_written() -> None:
 def test_missing_semicolon_before_closing_brace() -> None:
     with pytest.raises(TileSyntaxError) as info:
         parse("function (A) -> (O) { O = A }")
-    assert where(info.value) == [("E-SYNTAX", 1, 29)]
-    assert info.value.message == "unexpected '}': expected ';', '(' or an operator"
+    assert where(info.value) == [("E-SYNTAX", 1, 28)]  # just after the statement
+    assert info.value.message == (
+        "missing ';' after the statement: expected ';', '(' or an operator before '}'"
+    )
+
+
+def test_missing_semicolon_on_the_last_statement_points_after_it() -> None:
+    source = "function (A) -> (O) {\n  T = A * 2;\n  O = T + 1\n\n}"
+    with pytest.raises(TileSyntaxError) as info:
+        parse(source)
+    assert where(info.value) == [("E-SYNTAX", 3, 12)]  # after `O = T + 1`, not on the `}` line
+    assert str(info.value).endswith(" 3 |   O = T + 1\n   |            ^")
 
 
 @pytest.mark.parametrize(
@@ -512,7 +522,7 @@ def test_recovery_reports_header_body_and_tail_errors() -> None:
     assert where(info.value) == [
         ("E-SYNTAX", 1, 14),
         ("E-SYNTAX", 2, 10),
-        ("E-SYNTAX", 4, 1),
+        ("E-SYNTAX", 3, 8),  # the missing ';' after `P = B`
         ("E-SYNTAX", 4, 3),
     ]
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from semtree.types import DType
 from tile.bind.binder import bind
+from tile.errors import warn
 from tile.lang.check import check
 from tile.lang.parse import parse
 
@@ -27,8 +28,8 @@ if TYPE_CHECKING:
 def _front_end(source: str) -> tuple[FunctionDef, tuple[Diagnostic, ...]]:
     warnings: list[Diagnostic] = []
     function = parse(source, warnings)
-    check(function, source)
-    return function, tuple(warnings)
+    check(function, source, warnings)
+    return function, tuple(sorted(warnings, key=lambda d: (d.line, d.column)))
 
 
 class Function:
@@ -48,6 +49,8 @@ class Function:
         if not self.floatx.is_float:
             raise ValueError(f"floatx must be a float type, not {self.floatx}")
         self.ast, self.warnings = _front_end(source)
+        for warning in self.warnings:
+            warn(warning)  # through Python's `warnings`, as a tile.TileWarning
 
     @property
     def inputs(self) -> tuple[str, ...]:

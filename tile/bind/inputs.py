@@ -6,6 +6,7 @@ scalar or a Python bool/int/float binds as a scalar constant of its type (spec 6
 
 from __future__ import annotations
 
+import difflib
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -15,23 +16,34 @@ from tile.bind.evaluate import Const, literal_int_type
 from tile.bind.program import ConstBinding, TensorBinding
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
     from tile.bind.binder import Binder
-    from tile.lang.syntax import InputDecl
+    from tile.lang.syntax import InputDecl, Span
+
+
+def unknown_input(name: str, decls: Sequence[InputDecl]) -> tuple[str, Span | None]:
+    """The message and place of E-BIND for an input `name` the header does not declare: at
+    the declared input whose name is nearest (suggested: "did you mean 'B'?"), else at the
+    first input."""
+    by_lower = {decl.name.lower(): decl for decl in decls}
+    near = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.6)
+    message = f"there is no input named '{name}'"
+    place = decls[0].span if decls else None
+    if near:
+        message += f"; did you mean '{by_lower[near[0]].name}'?"
+        place = by_lower[near[0]].span
+    listed = ", ".join(decl.name for decl in decls) or "none"
+    return f"{message} (the inputs are: {listed})", place
 
 
 def bind_inputs(binder: Binder, inputs: Mapping[str, object]) -> None:
     from tile.bind.values import TensorValue
 
     declared = {decl.name for decl in binder.function.inputs}
-    header = binder.function.inputs[0].span if binder.function.inputs else None
     for name in inputs:
         if name not in declared:
-            listed = ", ".join(sorted(declared)) or "none"
-            binder.sink.error(
-                "E-BIND", f"there is no input named '{name}' (the inputs are: {listed})", header
-            )
+            binder.sink.error("E-BIND", *unknown_input(name, binder.function.inputs))
     sizes: dict[str, tuple[int, str]] = {}  # size name -> (value, input that fixed it)
     for decl in binder.function.inputs:
         if decl.name not in inputs:

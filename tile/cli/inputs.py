@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import re
 import sys
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from semtree.types import DType
+from tile.errors import TileWarning
 from tile.runtime.api import device as find_device
 from tile.runtime.gradient import gradient
 from tile.runtime.invoke import Function
@@ -43,7 +45,9 @@ def load_function(path: str, grad: str | None = None) -> Function:
     except OSError as error:
         raise UsageError(f"cannot read {path}: {error.strerror or error}") from error
     name = re.sub(r"\W", "_", file.stem) or "tile_fn"
-    function = Function(source, name=name)
+    with warnings.catch_warnings():  # printed below, with the file's name
+        warnings.simplefilter("ignore", TileWarning)
+        function = Function(source, name=name)
     for warning in function.warnings:
         print(f"{path}: {warning}", file=sys.stderr)
     if grad is None:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from hal import registry
 from hal.errors import DeviceUnavailableError
+from tile._version import __version__
 from tile.cli.dump import STAGES, dump_command
 from tile.cli.inputs import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
 from tile.cli.run import run_command
@@ -193,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(1 devices, 2 compile/cache events and kernel times, 3 tiling, 4 code); "
         "TILE_DUMP_DIR keeps the generated code.",
     )
+    parser.add_argument("--version", action="version", version=f"tile-hal {__version__}")
     commands = parser.add_subparsers(dest="command_name", metavar="COMMAND", required=True)
 
     devices = commands.add_parser(
@@ -229,7 +231,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; return its exit status."""
     args = build_parser().parse_args(argv)
     try:
-        return args.command(args)
+        with debug.progress_shown():  # a compile or run of over a second prints a line
+            return args.command(args)
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE

@@ -40,6 +40,8 @@ from tile.lang.syntax import (
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from tile.errors import Diagnostic
+
 
 @dataclass(frozen=True, slots=True)
 class _Definition:
@@ -58,9 +60,14 @@ class _Definition:
                 return f"defined{where}"
 
 
-def check(function: FunctionDef, source: str) -> None:
-    """Raise TileTypeError listing every shape-free semantic error of `function`."""
-    _Checker(function, source).run()
+def check(function: FunctionDef, source: str, warnings: list[Diagnostic] | None = None) -> None:
+    """Raise TileTypeError listing every shape-free semantic error of `function`; W-DEAD
+    warnings (a statement that contributes to no output) are appended to `warnings` when it
+    is given and there is no error."""
+    checker = _Checker(function, source)
+    checker.run()
+    if warnings is not None:
+        warnings.extend(checker.dead_statements())
 
 
 class _Checker:
@@ -69,16 +76,20 @@ class _Checker:
         self.sink = DiagnosticSink(source)
         self.defined: dict[str, _Definition] = {}
         self.later: dict[str, Span | None] = {}  # statement targets not yet reached
+        self.uses: dict[str, set[str]] = {}  # statement target -> the names it reads
+        self._reading: set[str] = set()
 
     def run(self) -> None:
         self._header()
         for statement in self.function.body:
             self.later.setdefault(statement.target, statement.span)
         for statement in self.function.body:
+            self._reading = set()
             if isinstance(statement, ContractionStmt):
                 self._contraction(statement)
             else:
                 self._expr(statement.value)
+            self.uses.setdefault(statement.target, self._reading)
             self._define(statement.target, statement.span)
         for output in self.function.outputs:
             if output.name not in self.defined:
@@ -88,6 +99,25 @@ class _Checker:
                     output.span,
                 )
         self.sink.raise_if_any()
+
+    def dead_statements(self) -> list[Diagnostic]:
+        """W-DEAD for each statement whose result no output needs (spec 11.1)."""
+        live: set[str] = set()
+        pending = [output.name for output in self.function.outputs]
+        while pending:
+            name = pending.pop()
+            if name not in live:
+                live.add(name)
+                pending.extend(self.uses.get(name, ()))
+        for statement in self.function.body:
+            if statement.target not in live:
+                self.sink.warn(
+                    "W-DEAD",
+                    f"'{statement.target}' contributes to no output: the statement can be "
+                    "removed",
+                    statement.span,
+                )
+        return self.sink.warnings
 
     # ---- header -------------------------------------------------------------------------
 
@@ -132,6 +162,7 @@ class _Checker:
     # ---- uses ---------------------------------------------------------------------------
 
     def _use(self, name: str, span: Span | None) -> None:
+        self._reading.add(name)
         if name in self.defined:
             return
         if name in self.later:

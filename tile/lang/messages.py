@@ -101,6 +101,10 @@ def _token_message(token: Token, expected: set[str], text: str) -> tuple[str, in
             return f"'{comment}' does not start a comment: Tile has no comment syntax", start
     if expected == {"$END"}:
         return f"unexpected '{token}' after the end of the function", offset
+    if token.type == "RBRACE" and "SEMICOLON" in expected:
+        # A statement without its `;`: point just after it, not at the `}` (maybe lines on).
+        after = len(text[:offset].rstrip(TILE_WHITESPACE))
+        return f"missing ';' after the statement: expected {_describe(expected)} before '}}'", after
     message = _unexpected(f"'{token}'", expected)
     if token.type == "FUNCTION" or (token.type in _KEYWORDS and "LNAME" in expected):
         message += f" ('{token}' is a keyword and cannot be a name)"

@@ -27,11 +27,13 @@ import os
 import re
 import sys
 import threading
+import time
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
 
     from hal.interfaces import Event, Library
     from semtree.kernel import HardwareSettings, KernelInfo, KernelList
@@ -107,6 +109,53 @@ def emit(wanted: int, message: str, *args: object) -> None:
     DEBUG above)."""
     if level() >= wanted:
         log.log(logging.INFO if wanted <= DEVICES else logging.DEBUG, message, *args)
+
+
+# ---- progress -------------------------------------------------------------------------------
+
+PROGRESS_AFTER = 1.0  # seconds of work before a progress line is printed
+_progress_forced = False
+
+
+@contextmanager
+def progress_shown() -> Iterator[None]:
+    """Print progress lines inside the block whatever `TILE_DEBUG` says (the command line)."""
+    global _progress_forced
+    before, _progress_forced = _progress_forced, True
+    try:
+        yield
+    finally:
+        _progress_forced = before
+
+
+def progress_enabled() -> bool:
+    return _progress_forced or level() >= DEVICES
+
+
+@contextmanager
+def progress(what: str) -> Iterator[None]:
+    """Around a compile or a wait: if it lasts more than PROGRESS_AFTER seconds and progress
+    is on (the command line, or `TILE_DEBUG>=1`), print `tile: <what> ...` to stderr then, and
+    `tile: <what>: <seconds> s` when it ends, so long work is never silent."""
+    if not progress_enabled():
+        yield
+        return
+    start = time.perf_counter()
+    timer = threading.Timer(PROGRESS_AFTER, _progress_line, (f"tile: {what} ...",))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        elapsed = time.perf_counter() - start
+        if elapsed >= PROGRESS_AFTER:
+            _progress_line(f"tile: {what}: {elapsed:.1f} s")
+
+
+def _progress_line(text: str) -> None:
+    with suppress(OSError, ValueError):  # a closed stderr must not break the work
+        print(text, file=sys.stderr, flush=True)
 
 
 # ---- TILE_DUMP_DIR --------------------------------------------------------------------------

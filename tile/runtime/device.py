@@ -43,6 +43,7 @@ from hal.errors import ExecutionError as HalExecutionError
 from hal.events import SettableEvent, dependency_failure, wait_all
 from hal.interfaces import read_only_view
 from tile.errors import BackendCompileError, ExecutionError, TileOutOfMemory, TileUnsupported
+from tile.runtime import debug
 from tile.runtime.cache import PROGRAM_CACHE_SIZE, LRUCache
 
 if TYPE_CHECKING:
@@ -325,7 +326,9 @@ class DeviceRuntime:
                 dependency_failure(deps, "overwriting a tensor")  # a failure is overwritten
                 raw = buffer.map_discard()
             else:
-                raw = buffer.map_current(deps, writable=write)
+                what = f"tensor '{state.contents.name}'" if state.contents.name else "a tensor"
+                with debug.progress(f"waiting for {what}"):
+                    raw = buffer.map_current(deps, writable=write)
         except BaseException as error:
             refused = isinstance(error, OutOfMemoryError)  # nothing was mapped or written
             # A refused map leaves the tensor as its last writer did; another failure poisons it.
@@ -368,7 +371,8 @@ def wait_events(events: Sequence[Event], timeout: float | None, operation: str) 
     """Wait for every event (one deadline), then raise the first failure as ExecutionError.
     A timeout raises TimeoutError."""
     try:
-        wait_all(events, timeout)
+        with debug.progress(operation):
+            wait_all(events, timeout)
     except Exception as error:
         # wait_all raises TimeoutError both for a timeout and for an event that failed with
         # one; only a pending event means the former.

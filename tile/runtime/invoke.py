@@ -17,6 +17,7 @@ import numpy as np
 from hal.environment import flag
 from semtree.types import DType, TensorShape
 from tile.bind.function import Function as FrontEndFunction
+from tile.bind.inputs import unknown_input
 from tile.errors import DeviceMismatch, TileBindError, diagnostic
 from tile.lower.schedule import OutputSource
 from tile.runtime import debug
@@ -144,7 +145,8 @@ class Invoker:
         entries = {}
         for name, value in inputs.items():
             if name not in self.function.inputs:
-                raise self._bind_error(f"there is no input named '{name}'", None)
+                message, place = unknown_input(name, self.function.ast.inputs)
+                raise TileBindError(diagnostic("E-BIND", message, place, self.function.source))
             entries[name] = _signature_entry(value)
         self._check_devices({**self._inputs, **inputs}, self._outputs)
         for name, value in inputs.items():
@@ -251,9 +253,10 @@ class Invoker:
         if program is None:
             bound = self._bind()
             label = self.function.name
-            program = runtime.programs.get_or_build(
-                key, lambda: compile_program(runtime, key, bound, label)
-            )
+            with debug.progress(f"compiling {label} for {device.id}"):
+                program = runtime.programs.get_or_build(
+                    key, lambda: compile_program(runtime, key, bound, label)
+                )
         self._program, self._program_device = program, device
         return program
 
