@@ -89,6 +89,21 @@ def _calls(node: Expr) -> Iterator[Call]:
             yield from _calls(other)
 
 
+def _live(body: list[Statement], outputs: Sequence[str]) -> tuple[Statement, ...]:
+    """The statements the outputs need, and the checks (`assert_*`), in order: a cotangent
+    that reaches no input (through a constant branch) is not computed."""
+    wanted = set(outputs)
+    keep = []
+    for statement in reversed(body):
+        check = isinstance(statement, Assign) and any(
+            call.fn.startswith("assert_") for call in _calls(statement.value)
+        )
+        if statement.target in wanted or check:
+            wanted.update(statement_names(statement))
+            keep.append(statement)
+    return tuple(reversed(keep))
+
+
 @dataclass(frozen=True, slots=True)
 class Gradient:
     """The gradient function of `of` with respect to the inputs `gradients` names."""
@@ -177,7 +192,7 @@ class _Deriver(ContractionRules):
         header = FunctionDef(
             inputs=(*self.function.inputs, declaration),
             outputs=tuple(Name(name) for name in result_names),
-            body=(*forward, *self.emitted),
+            body=_live([*forward, *self.emitted], result_names),
         )
         return Gradient(
             source=str(header) + "\n",
@@ -219,12 +234,8 @@ class _Deriver(ContractionRules):
             raise self._fail(f"an input is named twice in {', '.join(self.wrt)}")
 
     def _needed(self) -> list[Statement]:
-        """The statements `of` depends on, in their order."""
-        wanted = {self.of}
-        for statement in reversed(self.function.body):
-            if statement.target in wanted:
-                wanted.update(statement_names(statement))
-        return [statement for statement in self.function.body if statement.target in wanted]
+        """The statements `of` depends on and the checks (`assert_*`), in their order."""
+        return list(_live(list(self.function.body), [self.of]))
 
     def _fresh(self, base: str) -> str:
         name, count = base, 0
