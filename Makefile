@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: demo test suites lint setup clean conformance-gpu stress fuzz intel-opencl \
-        test-opencl-all opencl-suites oclgrind
+        test-opencl-all opencl-suites oclgrind docs
 
 setup: $(STAMP)
 
@@ -25,6 +25,15 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
+
+# The API reference, from the docstrings, into build/docs (index.html): pdoc, its warnings
+# (an annotation it cannot resolve, a name in __all__ that is not there) are errors.
+DOCS_MODULES := tile tile.errors tile.reference tile.runtime tile.lang tile.bind tile.grad \
+                tile.lower tile.cli tile.ops semtree
+
+docs: $(STAMP)
+	rm -rf build/docs
+	$(PY) -W error::UserWarning -m pdoc --output-directory build/docs $(DOCS_MODULES)
 
 # The conformance suites run on each shipped device `tests.shipped` lists: llvm_cpu.0 and the
 # tested OpenCL device, opencl.0 (PoCL) or the one TILE_TEST_OPENCL names.
@@ -46,6 +55,7 @@ test: lint
 # Everything `make test` runs after lint, on the OpenCL device it chose; fails when no OpenCL
 # device was tested, so a run never ends green without one.
 suites: $(STAMP)
+	$(MAKE) --no-print-directory docs
 	$(PY) -m pytest -q
 	MPLBACKEND=Agg $(PY) -m pytest --nbmake notebooks -q
 	devices="$$($(PY) -m tests.shipped)" || exit 1; \

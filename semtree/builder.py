@@ -19,7 +19,7 @@ nodes. Every statement helper takes an optional `span`.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TypeAlias
+from typing import TypeAlias, Union
 
 import numpy as np
 
@@ -60,7 +60,8 @@ from semtree.nodes import (
 )
 from semtree.types import DType, Type
 
-ExprLike: TypeAlias = "Value | Expr | int | float | np.number"
+# Unions of real types (not one string), so that `ExprLike | None` evaluates (API reference).
+ExprLike: TypeAlias = Union["Value", Expr, int, float, np.number]
 StmtLike: TypeAlias = "Stmt | Iterable[Stmt | None] | None"
 
 

@@ -45,6 +45,7 @@ from tile.lower.kernel import INDEX_LIMIT, KernelWriter, product
 
 if TYPE_CHECKING:
     from semtree.kernel import HardwareSettings
+    from semtree.nodes import Function  # noqa: F401 (GeneratedBody.body, for the API reference)
     from tile.lower.flat import FlatAccess, FlatConstraint, FlatContraction
     from tile.lower.fuse import KernelPlan
     from tile.lower.kernel import ProgramContext
