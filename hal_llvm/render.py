@@ -1,4 +1,4 @@
-"""KernelList -> LLVM IR: the renderer of the LLVM CPU backend (ARCHITECTURE 7.2).
+"""KernelList -> LLVM IR: the renderer of the LLVM CPU backend (design 7.2).
 
 Place in the pipeline: `LLVMCompiler.build` calls `render(kernel_list, settings)` and hands
 the `llvmlite.ir.Module` to `compile_module` (O3 for the host CPU, then MCJIT). `render` is
@@ -10,7 +10,7 @@ none: the device runs them as memset/memmove) the module holds
     define internal void @K(ptr noalias align 64 %out, ..., i64 %gid0, i64 %gid1, i64 %gid2)
     define void @K__grid(ptr %params, i64 %begin, i64 %end)       ; from grid.py
 
-`@K` is one work-item, which on the CPU is one whole work-group (ARCHITECTURE 7.1): local
+`@K` is one work-item, which on the CPU is one whole work-group (design 7.1): local
 ids are 0, group ids are global ids, barriers are no-ops and LOCAL arrays live on the stack.
 It is internal and always-inline, so it melts into the grid loop. Statements become basic
 blocks, every declaration an `alloca` in the entry block (SROA turns register tiles into

@@ -1,4 +1,4 @@
-"""Conversions between semtree types in LLVM IR (ARCHITECTURE 4.4 rule 8), for the LLVM
+"""Conversions between semtree types in LLVM IR (design 4.4 rule 8), for the LLVM
 renderer.
 
 Place in the pipeline: `render_expr.ExpressionEmitter` converts every operand to the type

@@ -2,7 +2,7 @@
 
 Place in the pipeline: `render.py` walks a kernel's statements and hands every expression,
 load and store to `ExpressionEmitter`, which emits it at the builder's position. Types and
-the conversions between them follow `semtree.typing` to the letter (ARCHITECTURE 4.4), so
+the conversions between them follow `semtree.typing` to the letter (design 4.4), so
 the kernel computes what `tests/reference.py` computes:
 
 - every operation converts its operands to `operand_type(...)` first (weak literals become
@@ -272,7 +272,7 @@ class ExpressionEmitter(Converter):
                 exact = exact_number(number[which], Type.value(dtype))
                 return Typed(constant(type_, exact), type_)
             case IndexExpr(kind, dim):
-                # One work-item per work-group (ARCHITECTURE 7.1): local ids are 0 and
+                # One work-item per work-group (design 7.1): local ids are 0 and
                 # group ids are global ids.
                 if kind is IdKind.LOCAL:
                     return Typed(ir.Constant(I64, 0), INDEX)

@@ -1,7 +1,7 @@
 """Builtin functions in LLVM IR: the math library of the LLVM renderer.
 
 Place in the pipeline: `render_expr.py` converts a `Call`'s arguments to the call's type
-(ARCHITECTURE 4.4) and asks `emit_builtin` for the result. Lowering (ARCHITECTURE 7.2):
+(design 4.4) and asks `emit_builtin` for the result. Lowering (design 7.2):
 
 - rounding, `sqrt`, `abs`, `min`/`max`, `pow`, `log`, the trigonometric and hyperbolic
   functions are LLVM intrinsics; LLVM turns them into instructions where the CPU has them
@@ -108,7 +108,7 @@ _INTRINSICS = {
     Builtin.TAN: "llvm.tan",
     Builtin.TANH: "llvm.tanh",
     Builtin.ABS: "llvm.fabs",
-    Builtin.MAX: "llvm.maxnum",  # C fmax: a NaN operand is ignored (ARCHITECTURE 4.2)
+    Builtin.MAX: "llvm.maxnum",  # C fmax: a NaN operand is ignored (design 4.2)
     Builtin.MIN: "llvm.minnum",
     Builtin.POW: "llvm.pow",
 }

@@ -2,7 +2,7 @@
 
 Place in the pipeline: `render.py` (statements), `render_expr.py` (expressions) and
 `render_math.py` (builtins) turn a semtree `Function` into `llvmlite.ir`; this module holds
-the mapping they share (ARCHITECTURE 7.2):
+the mapping they share (design 7.2):
 
 - registers: INDEX is `i64`; a VALUE is `i1`, `iN`, `half`, `float` or `double`, and
   `<W x T>` for vectors; the caller first applies `semtree.typing.value_type`, so an
@@ -35,7 +35,7 @@ FLOAT = ir.FloatType()
 DOUBLE = ir.DoubleType()
 VOID = ir.VoidType()
 
-# Every buffer the CPU device hands to a kernel is this aligned (ARCHITECTURE 7.5; arenas
+# Every buffer the CPU device hands to a kernel is this aligned (design 7.5; arenas
 # refuse misaligned offsets), so parameters carry `align` with it.
 BUFFER_ALIGNMENT = ALIGNMENT
 

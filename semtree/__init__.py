@@ -1,4 +1,4 @@
-"""The contract between the Tile front end and every back end (ARCHITECTURE 2, 3.5, 4, 5.3).
+"""The contract between the Tile front end and every back end (design 2, 3.5, 4, 5.3).
 
 `semtree` imports nothing else of ours. It holds the element and kernel types, the kernel IR
 (nodes, builder DSL, typing rules, C-like printer, simplification passes), the `KernelList`

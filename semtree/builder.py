@@ -1,4 +1,4 @@
-"""A small DSL in which generators write semtrees (ARCHITECTURE 4.3).
+"""A small DSL in which generators write semtrees (design 4.3).
 
     from semtree import builder as sb
 

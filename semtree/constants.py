@@ -1,5 +1,5 @@
 """Constant evaluation for `semtree.simplify`: the reference interpreter's semantics
-(ARCHITECTURE 4.4 rules 8 to 10) on single values, and the spelling of folded constants.
+(design 4.4 rules 8 to 10) on single values, and the spelling of folded constants.
 
 Values are one-element numpy arrays of the type's dtype (int64 for INDEX). A folded constant of
 type T is written `Cast(T, literal)`, because a bare literal is weakly typed (rule 4) and would

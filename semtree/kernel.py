@@ -1,4 +1,4 @@
-"""KernelList and HardwareSettings: where the front end and every HAL meet (ARCHITECTURE 3.5,
+"""KernelList and HardwareSettings: where the front end and every HAL meet (design 3.5,
 5.3).
 
 `tile.lower.generate` turns a bound program and a device's `HardwareSettings` into a `KernelList`
@@ -40,7 +40,7 @@ _BODILESS = (KernelKind.ZERO, KernelKind.COPY)
 
 
 class KernelListError(ValueError):
-    """A KernelInfo or KernelList breaks an invariant of ARCHITECTURE 3.5."""
+    """A KernelInfo or KernelList breaks an invariant of design 3.5."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,7 +235,7 @@ class KernelList:
 
 @dataclass(frozen=True, slots=True)
 class HardwareSettings:
-    """What the generator may assume about a device (ARCHITECTURE 5.3, presets: Appendix C)."""
+    """What the generator may assume about a device (design 5.3, presets: Appendix C)."""
 
     threads: int  # work-items per work-group the generator may use (CPU: 1)
     vec_size: int  # widest SIMD width, in float32 elements, for vectorize()

@@ -1,7 +1,7 @@
 """Semtree nodes: the C-like kernel IR that the generator writes and every backend reads.
 
 A kernel body is a `Function` of statements (`Stmt`) over expressions (`Expr`) and lvalues
-(`LValue`), all frozen slotted dataclasses compared structurally (ARCHITECTURE 4.2). Passes
+(`LValue`), all frozen slotted dataclasses compared structurally (design 4.2). Passes
 never mutate a tree: they dispatch with `match` on the node classes, finish with
 `case _: raise UnsupportedNode(node)`, and rebuild with `rewrite()`. `walk()` visits every node.
 
@@ -70,7 +70,7 @@ class SemtreeError(Exception):
     """Base class of errors raised by the semtree package."""
 
 
-class UnsupportedNode(SemtreeError):  # noqa: N818 - the name ARCHITECTURE 4.2 gives it
+class UnsupportedNode(SemtreeError):  # noqa: N818 - the name design 4.2 gives it
     """A pass met a node class it does not handle."""
 
     def __init__(self, node: object, detail: str = "") -> None:
@@ -80,7 +80,7 @@ class UnsupportedNode(SemtreeError):  # noqa: N818 - the name ARCHITECTURE 4.2 g
 
 
 class SemtreeTypeError(SemtreeError, TypeError):
-    """An expression or statement breaks the typing rules of ARCHITECTURE 4.4."""
+    """An expression or statement breaks the typing rules of design 4.4."""
 
 
 # ---- names ----------------------------------------------------------------------------------
@@ -143,7 +143,7 @@ class Node:
 
 @dataclass(frozen=True, slots=True)
 class Expr(Node):
-    """A side-effect-free expression with a type (ARCHITECTURE 4.4)."""
+    """A side-effect-free expression with a type (design 4.4)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +158,7 @@ class Stmt(Node):
 
 @dataclass(frozen=True, slots=True)
 class IntConst(Expr):
-    """An integer literal; weakly typed (ARCHITECTURE 4.4 rule 4)."""
+    """An integer literal; weakly typed (design 4.4 rule 4)."""
 
     value: int
 

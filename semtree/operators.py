@@ -1,4 +1,4 @@
-"""Operators and closed vocabularies of the semtree (ARCHITECTURE 4.2).
+"""Operators and closed vocabularies of the semtree (design 4.2).
 
 Operator enums have their C spellings as values, so printers emit `op.value`. `Builtin` is
 closed: a new member is added here, then in both backends and the conformance tests, in one

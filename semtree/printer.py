@@ -1,4 +1,4 @@
-"""C-like text for semtrees: debugging dumps, golden tests, notebooks (ARCHITECTURE 4.5).
+"""C-like text for semtrees: debugging dumps, golden tests, notebooks (design 4.5).
 
 `CPrinter` renders any node deterministically. It is also the base class of the OpenCL
 renderer, which overrides only the hooks where OpenCL spells things differently: address

@@ -9,7 +9,7 @@ drops empty blocks and loops; and strength-reduces `*`, `/`, `%` by powers of tw
 values known to be non-negative (ids, loop counters, sums and products of those).
 `form_mad()` turns float `a + b * c` into `MAD(b, c, a)`; skip it under `settings.disable_mad`.
 
-Every rewrite keeps the type (ARCHITECTURE 4.4) of every expression it replaces and the value
+Every rewrite keeps the type (design 4.4) of every expression it replaces and the value
 the reference interpreter computes, bit for bit. A folded constant of type T is written
 `Cast(T, literal)` (literals are weak, a folded value is not); the cast is dropped where a
 bare literal would be converted to the same type anyway.

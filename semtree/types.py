@@ -3,8 +3,8 @@
 `DType` names the element types of Tile (spec 5.1); `promote` is the one common-supertype rule
 (spec 5.2): the maximum under the total order
 bool < i8 < u8 < i16 < u16 < i32 < u32 < i64 < u64 < f16 < f32 < f64.
-`TensorShape` describes a bound tensor (ARCHITECTURE 3.3). `Type`, with `TypeBase` and
-`Region`, is the type of a semtree value, variable or pointer (ARCHITECTURE 4.1); the rules
+`TensorShape` describes a bound tensor (design 3.3). `Type`, with `TypeBase` and
+`Region`, is the type of a semtree value, variable or pointer (design 4.1); the rules
 that combine them live in `semtree.typing`.
 """
 
@@ -202,7 +202,7 @@ def row_major_strides(dims: tuple[int, ...]) -> tuple[int, ...]:
 
 class TypeBase(Enum):
     VOID = "void"
-    INDEX = "index"  # loop counters and work-item ids (ARCHITECTURE 4.4 rule 10)
+    INDEX = "index"  # loop counters and work-item ids (design 4.4 rule 10)
     VALUE = "value"  # a scalar or vector of `dtype`
     POINTER_MUT = "ptr"  # pointer to VALUE elements, writable
     POINTER_CONST = "cptr"  # pointer to VALUE elements, read-only

@@ -1,4 +1,4 @@
-"""Typing and promotion: the one set of type rules every backend follows (ARCHITECTURE 4.4).
+"""Typing and promotion: the one set of type rules every backend follows (design 4.4).
 
 Backends and the reference interpreter ask this module for the type of every expression and
 for the common type its operands are converted to, and insert conversions exactly there, so a

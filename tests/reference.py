@@ -1,4 +1,4 @@
-"""Reference interpreter for semtree kernels: the IR's executable definition (ARCHITECTURE 12).
+"""Reference interpreter for semtree kernels: the IR's executable definition (design 12).
 
 `run(function, args, global_size, local_size)` executes a semtree `Function` over a launch grid
 on numpy buffers, in place; `run_kernel_list(kernel_list, inputs)` runs a whole `KernelList`
@@ -9,7 +9,7 @@ interpreter points at the backend.
 Every work-item of the grid executes in lockstep (SIMT): each value is an array with one row
 per work-item (and one column per vector lane), statements run under a mask of active
 work-items, `If`/`While`/`Cond` narrow the mask, and `Barrier` checks that whole work-groups
-reach it together. Semantics implemented here, exactly (ARCHITECTURE 4.4, spec 5.4 and 7.4):
+reach it together. Semantics implemented here, exactly (design 4.4, spec 5.4 and 7.4):
 
 - types from `semtree.typing` (promotion, weak literals, vector widths, emulated fp16);
 - integer arithmetic wraps; division truncates, `x / 0 == 0`, `x % 0 == 0`, `MIN / -1 == MIN`,

@@ -1,5 +1,5 @@
 """The two shipped devices, `llvm_cpu.0` and an OpenCL device, are required: a test that needs
-one fails when it is missing, never skips (ARCHITECTURE 12, issue 4).
+one fails when it is missing, never skips (design 12, issue 4).
 
 Which OpenCL device: `opencl.0` (the first listed, PoCL where it works), or the one
 `TILE_TEST_OPENCL` names: any device id or selector (`opencl:intel`, `opencl:pocl`,

@@ -1,11 +1,15 @@
 """Tile: a tensor compiler for the Tile contraction language.
 
-The public API (ARCHITECTURE 9) lives in `tile.runtime.api` (devices, tensors) and
+The public API (design 9) lives in `tile.runtime.api` (devices, tensors) and
 `tile.runtime.invoke` (functions, invokers, invocations, `run`) and is re-exported here with the
-errors of
-`tile.errors` and `DType`. The front end (`tile.bind.function`, `tile.bind.binder`, ...) needs no
-device; the device layer (`tile.runtime.api`, `tile.runtime.device`, `tile.runtime.cache`) talks to
-the HAL.
+errors of `tile.errors` and `DType`. The front end (`tile.bind.function`, `tile.bind.binder`,
+...) needs no device; the device layer (`tile.runtime.api`, `tile.runtime.device`,
+`tile.runtime.cache`) talks to the HAL. README.md shows the API at work and ARCHITECTURE.md
+the stages.
+
+Citations in the docstrings: `spec 9.1` is section 9.1 of the Tile language specification,
+`../shared/spec/TILE_LANGUAGE.md` (beside this repository, not in it); `design 8.10` is
+section 8.10 of the design document `../shared/design/ARCHITECTURE.md` (beside it too).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ A `TileError` carries one or more `Diagnostic`s, the first of which gives the er
 and a caret. Front-end passes collect diagnostics in a `DiagnosticSink` so that every
 independent error of a program is reported at once (at least one per statement).
 
-The device layer (ARCHITECTURE 8.10) adds `DeviceError` and its subclasses: failures that
+The device layer (design 8.10) adds `DeviceError` and its subclasses: failures that
 belong to a device, a compiled program or a run rather than to a place in the source. They
 have a code too (`E-DEVICE`, `E-UNSUPPORTED`, `E-COMPILE`, `E-EXEC`, `E-MEMORY`) and line and
 column 0 ("no position"); HAL failures reach users as these, with the HAL exception chained.
@@ -167,7 +167,7 @@ class DiagnosticSink:
             raise make_error(ordered)
 
 
-# ---- device layer (ARCHITECTURE 8.10) -------------------------------------------------------
+# ---- device layer (design 8.10) -------------------------------------------------------
 
 
 class DeviceError(TileError):

@@ -1,5 +1,5 @@
 """The LLVM renderer against the reference interpreter and numpy: operators, conversions and
-builtins over every dtype, scalar and vector (ARCHITECTURE 4.4, spec 5.4, 7.4 and 9.3).
+builtins over every dtype, scalar and vector (design 4.4, spec 5.4, 7.4 and 9.3).
 
 Each test builds many small kernels as one KernelList (one compile), runs them on a private
 llvm_cpu device and in `tests/reference.py`, and compares every output: integers and

@@ -36,7 +36,7 @@ def f32(*values: float) -> np.ndarray:
 
 
 def test_worked_example_of_the_architecture() -> None:
-    """ARCHITECTURE 3.7: log(O) is its own kernel; neg(Temp) fuses into the contraction and
+    """design 3.7: log(O) is its own kernel; neg(Temp) fuses into the contraction and
     Temp is never stored."""
     source = """function (T[X, Y], O[X, Y]) -> (R) {
         LO = log(O);

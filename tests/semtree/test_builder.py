@@ -1,4 +1,4 @@
-"""The builder DSL of ARCHITECTURE 4.3 builds exactly the nodes one would write by hand."""
+"""The builder DSL of design 4.3 builds exactly the nodes one would write by hand."""
 
 from __future__ import annotations
 

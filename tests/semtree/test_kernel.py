@@ -1,4 +1,4 @@
-"""KernelInfo / KernelList invariants (ARCHITECTURE 3.5) and HardwareSettings presets (5.3,
+"""KernelInfo / KernelList invariants (design 3.5) and HardwareSettings presets (5.3,
 Appendix C)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The reference interpreter (tests/reference.py) against numpy and against the semantics of
-ARCHITECTURE 4.4 rules 8 to 10 and spec 5.4 / 7.4."""
+design 4.4 rules 8 to 10 and spec 5.4 / 7.4."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Kernel types (ARCHITECTURE 4.1) next to the existing element types."""
+"""Kernel types (design 4.1) next to the existing element types."""
 
 from __future__ import annotations
 

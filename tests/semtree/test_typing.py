@@ -1,4 +1,4 @@
-"""The typing rules of ARCHITECTURE 4.4, rule by rule (semantic rules 8 to 10 are executed in
+"""The typing rules of design 4.4, rule by rule (semantic rules 8 to 10 are executed in
 test_reference.py)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Stage 2: the bound program — every value has a shape and an element type (ARCHITECTURE 3.3).
+"""Stage 2: the bound program — every value has a shape and an element type (design 3.3).
 
 `tile.bind.binder` produces a `BoundProgram` from a checked AST and the caller's inputs. Its `ops`
 are single-assignment operations in a valid execution order: elementwise calls (with numpy

@@ -1,4 +1,4 @@
-"""The command line, `python -m tile devices | info | run | dump` (ARCHITECTURE 9).
+"""The command line, `python -m tile devices | info | run | dump` (design 9).
 
 Place in the pipeline: on top of the public API, like a user's script. `devices` and `info`
 list what the registry loaded; `run` and `dump` read a Tile file, make random inputs of the

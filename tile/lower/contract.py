@@ -1,4 +1,4 @@
-"""Contraction and elementwise kernel bodies (ARCHITECTURE 8.7).
+"""Contraction and elementwise kernel bodies (design 8.7).
 
 One generator serves a contraction (from its `FlatContraction`), a contraction with a fused
 elementwise epilogue, and a pure elementwise group. The grid is the output shape, cut into

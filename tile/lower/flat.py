@@ -1,4 +1,4 @@
-"""Stage 4: the flattened contraction — loops, strides, offsets and guards (ARCHITECTURE 3.4).
+"""Stage 4: the flattened contraction — loops, strides, offsets and guards (design 3.4).
 
 `tile.lower.flatten` builds one `FlatContraction` per contraction of a bound program; the kernel
 generator (`tile.lower.contract`) turns it into a semtree loop nest. The flat form is

@@ -1,4 +1,4 @@
-"""Flattening: one bound contraction becomes a `FlatContraction` (spec 8.13, ARCHITECTURE 3.4).
+"""Flattening: one bound contraction becomes a `FlatContraction` (spec 8.13, design 3.4).
 
 Sits between binding (`tile.bind.binder`: exact rational index polynomials, checked bounds) and
 kernel generation (`tile.lower.contract`). The steps, all exact:

@@ -1,5 +1,5 @@
 """Fusion and buffer planning: which operations share a kernel, which values reach memory
-(ARCHITECTURE 3.4 "unification", 8.5).
+(design 3.4 "unification", 8.5).
 
 Sits between binding (`BoundProgram.ops`, in execution order) and kernel generation
 (`tile.lower.generate`). Every kernel of this generator iterates over the full shape of what it

@@ -1,4 +1,4 @@
-"""Stage 5: kernel generation — a bound program becomes a `KernelList` (ARCHITECTURE 3.5, 8.7).
+"""Stage 5: kernel generation — a bound program becomes a `KernelList` (design 3.5, 8.7).
 
 `generate_program(bound, settings)` is the one entry point the runtime calls. It drives the
 front end's back half:

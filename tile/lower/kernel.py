@@ -2,12 +2,12 @@
 names, parameters, index arithmetic, loads and stores, the work-group grid.
 
 A `KernelWriter` accumulates one kernel: every buffer it reads or writes becomes a parameter
-(outputs first, ARCHITECTURE 3.5), every local name is unique and a valid C identifier.
+(outputs first, design 3.5), every local name is unique and a valid C identifier.
 Parameter names are positional (`out0`, `in0`, ...), so two kernels doing the same work on
 different tensors get identical bodies, which `tile.lower.generate` then shares.
 
 Index arithmetic uses the semtree's INDEX type (loop counters and group ids); tensors have
-fewer than 2^31 elements (ARCHITECTURE 4.4 rule 10), so every offset fits.
+fewer than 2^31 elements (design 4.4 rule 10), so every offset fits.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ A `Typed` pairs an expression with the Tile element type whose value set it hold
 Operands are converted explicitly to the operation's compute type before they are combined,
 so the semtree's own promotion rules (weak literals and all) never decide a Tile type; the
 result of an `f16` operation is rounded back to half with an explicit `Cast`, because a
-device without native half computes in `f32` registers (ARCHITECTURE 4.4 rules 4 and 7, spec
+device without native half computes in `f32` registers (design 4.4 rules 4 and 7, spec
 7.1: every intermediate is rounded to its type).
 """
 

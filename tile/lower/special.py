@@ -1,4 +1,4 @@
-"""Kernels that are not a fused grid of independent elements (ARCHITECTURE 8.7): `scatter`
+"""Kernels that are not a fused grid of independent elements (design 8.7): `scatter`
 and the random-number pair `prng_value` / `prng_state` (spec 9.5, 9.6).
 
 * `scatter(E, I, V)`: duplicate indices must add up without races, so one work-item owns a

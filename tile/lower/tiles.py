@@ -1,4 +1,4 @@
-"""Tile sizes: how many output elements one work-group computes (ARCHITECTURE 8.6, 11.1).
+"""Tile sizes: how many output elements one work-group computes (design 8.6, 11.1).
 
 Every tile-size decision of the generator is made here, so a performance pass can replace
 the policy (a cost model, a search, autotuning) without touching code generation: the

@@ -1,4 +1,4 @@
-"""The public Python API, part 1 (ARCHITECTURE 9): devices and tensors.
+"""The public Python API, part 1 (design 9): devices and tensors.
 
 Place in the pipeline: this is the device layer's face, with `tile.runtime.invoke` (functions,
 invokers, invocations, `run`). `device()` picks a HAL device through the registry; a `Tensor`

@@ -1,4 +1,4 @@
-"""The program cache (ARCHITECTURE 8.9): compile each (source, input signature, device,
+"""The program cache (design 8.9): compile each (source, input signature, device,
 settings) once, and parse each source text once.
 
 Place in the pipeline: the device layer asks the cache before binding, so a call whose

@@ -1,4 +1,4 @@
-"""The runtime's buffer states, host access and per-device bookkeeping (ARCHITECTURE 5.5, 8.8).
+"""The runtime's buffer states, host access and per-device bookkeeping (design 5.5, 8.8).
 
 Place in the pipeline: every `tile.Tensor` and every temporary of a compiled program owns a
 HAL buffer and a `BufferState`: the event of its last writer and the events of its readers

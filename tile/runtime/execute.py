@@ -1,5 +1,5 @@
 """Compiled programs and their runs: `compile_program` builds a bound program's kernels for a
-device, `execute` launches them over tensors' buffers (ARCHITECTURE 5.5, 8.8).
+device, `execute` launches them over tensors' buffers (design 5.5, 8.8).
 
 A run allocates every buffer it needs (temporaries, scratch buffers, private copies of
 aliased inputs) before it changes any state or launches anything, so a failed allocation

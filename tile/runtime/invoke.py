@@ -1,4 +1,4 @@
-"""The public Python API, part 2 (ARCHITECTURE 9): functions, invokers, invocations, `run`.
+"""The public Python API, part 2 (design 9): functions, invokers, invocations, `run`.
 
 Place in the pipeline: calling a `Function` or invoking an `Invoker` turns the inputs into a
 signature (tile.runtime.cache), finds or builds the compiled program for it on the device (binding,

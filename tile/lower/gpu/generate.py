@@ -1,4 +1,4 @@
-"""GPU-style kernels for contraction and elementwise groups (ARCHITECTURE 8.7, 11.2).
+"""GPU-style kernels for contraction and elementwise groups (design 8.7, 11.2).
 
 `tile.lower.generate` calls `generate_gpu_group` instead of `tile.lower.contract.generate_group`
 when the device's settings ask for work-groups of several work-items or for operands staged through

@@ -1,4 +1,4 @@
-"""Work-group tiling for GPU-style contraction kernels (ARCHITECTURE 8.7 steps 3 and 5, 11.2).
+"""Work-group tiling for GPU-style contraction kernels (design 8.7 steps 3 and 5, 11.2).
 
 Pure integer decisions, no semtree: `tile.lower.gpu.contract` turns a `GpuTiling` into a kernel.
 
