@@ -8,10 +8,11 @@ Without `--device` it measures `llvm_cpu.0` and every OpenCL device `tile.device
 Evicted programs must release their device code and buffers: the growth after the warm-up
 stays under `--limit` MB (default 20) per device, else the exit status is 1.
 
-The shapes keep every program about the same size: shapes are compiled in, and LLVM unrolls
-loops of up to a few dozen iterations completely, so a function whose loops grew from 10 to
-40 iterations would hold programs ever larger in the same 128 cache places. Here the loops
-run 64 and more times (N grows by one per shape; M cycles through 64 to 71).
+Each child runs on a cache directory of its own (`TILE_CACHE_DIR`, new and empty), so every
+shape is compiled from source, as in a new process on a new machine, whatever earlier runs
+stored: programs restored from the disk cache skip the driver's compiler and allocate
+differently (PoCL, for one, then keeps no LLVM metadata of its own per kernel), and a warm
+cache gave a different growth than a cold one. `--cache user` measures with the usual cache.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -56,7 +58,7 @@ def measure(device: str, shapes: int, warm: int) -> dict[str, float]:
     random = np.random.default_rng(0)
     result: dict[str, float] = {}
     for index in range(shapes):
-        n, m = 64 + index, 64 + index % 8
+        n, m = 3 + index % 37, 5 + index // 37
         a = random.random((n, m), dtype=np.float32)
         b = random.random(m, dtype=np.float32)
         outputs = function(device=device, A=a, B=b)
@@ -72,9 +74,15 @@ def measure(device: str, shapes: int, warm: int) -> dict[str, float]:
     return result
 
 
-def run_child(device: str, shapes: int, warm: int) -> dict[str, float]:
+def run_child(device: str, shapes: int, warm: int, cache: str) -> dict[str, float]:
     command = [sys.executable, __file__, "--child", device, f"--shapes={shapes}", f"--warm={warm}"]
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False)
+    with tempfile.TemporaryDirectory(prefix="tile-memory-") as fresh:
+        environment = dict(os.environ)
+        if cache == "fresh":
+            environment["TILE_CACHE_DIR"] = fresh
+        done = subprocess.run(
+            command, cwd=REPO, env=environment, capture_output=True, text=True, check=False
+        )
     if done.returncode != 0:
         raise SystemExit(f"{device}: the measuring process failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -86,6 +94,12 @@ def main() -> int:
     parser.add_argument("--warm", type=int, default=200)
     parser.add_argument("--limit", type=float, default=20.0, help="MB of growth allowed")
     parser.add_argument("--device", action="append", default=[])
+    parser.add_argument(
+        "--cache",
+        choices=("fresh", "user"),
+        default="fresh",
+        help="each child on a new, empty cache directory (default) or on the usual one",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     arguments = parser.parse_args()
     if arguments.child:
@@ -100,7 +114,7 @@ def main() -> int:
     warm, shapes = f"RSS @{arguments.warm}", f"RSS @{arguments.shapes}"
     print(f"{'device':<12} {warm:>10} {shapes:>11} {'growth':>9}")
     for device in devices:
-        numbers = run_child(device, arguments.shapes, arguments.warm)
+        numbers = run_child(device, arguments.shapes, arguments.warm, arguments.cache)
         first, last = numbers[f"rss_{arguments.warm}"], numbers[f"rss_{arguments.shapes}"]
         growth = last - first
         failed |= growth >= arguments.limit

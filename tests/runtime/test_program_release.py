@@ -7,8 +7,12 @@ programs and weak references show what survives."""
 from __future__ import annotations
 
 import gc
+import importlib.util
+import os
+import subprocess
 import weakref
 from concurrent.futures import Future
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,6 +28,7 @@ function (A[N, M], B[M]) -> (C, D) {
   C[k: 1] = +(S[n]);
   D[m: M] = >(A[n, m]);
 }"""
+BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "memory.py"
 KEPT = 3
 SHAPES = 10
 
@@ -58,3 +63,31 @@ def test_evicted_programs_free_code_and_buffers(device: str) -> None:
         assert all(alive[-KEPT:]), alive
     finally:
         runtime.programs = saved
+
+
+def test_memory_benchmark_compiles_every_shape_on_a_new_cache(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """benchmarks/memory.py measures each device on a new, empty TILE_CACHE_DIR: shapes that
+    an earlier run stored in the usual cache would skip the driver's compiler and change
+    what is measured. `--cache user` keeps the usual one."""
+    spec = importlib.util.spec_from_file_location("memory_benchmark", BENCHMARK)
+    assert spec is not None and spec.loader is not None
+    benchmark = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(benchmark)
+    monkeypatch.setenv("TILE_CACHE_DIR", str(tmp_path / "usual"))
+    seen: list[tuple[str, list[str]]] = []
+
+    def fake_run(command: list[str], **options: object) -> subprocess.CompletedProcess[str]:
+        directory = options["env"]["TILE_CACHE_DIR"]  # type: ignore[index]
+        contents = sorted(os.listdir(directory)) if os.path.isdir(directory) else ["absent"]
+        seen.append((directory, contents))
+        return subprocess.CompletedProcess(command, 0, '{"rss_1": 1.0, "rss_2": 2.0}\n', "")
+
+    monkeypatch.setattr(benchmark.subprocess, "run", fake_run)
+    assert benchmark.run_child("llvm_cpu.0", 2, 1, "fresh") == {"rss_1": 1.0, "rss_2": 2.0}
+    assert benchmark.run_child("llvm_cpu.0", 2, 1, "user") == {"rss_1": 1.0, "rss_2": 2.0}
+    (fresh, contents), (usual, _) = seen
+    assert fresh != str(tmp_path / "usual") and contents == []
+    assert not os.path.exists(fresh)  # removed after the run
+    assert usual == str(tmp_path / "usual")
