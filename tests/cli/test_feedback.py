@@ -136,3 +136,18 @@ def test_versions_are_those_of_pyproject(capsys: pytest.CaptureFixture[str]) -> 
         main(["--version"])
     assert info.value.code == 0
     assert capsys.readouterr().out == f"tile-hal {declared.group(1)}\n"
+
+
+def test_the_missing_shape_hint_fits_the_header(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "f.tile"
+    path.write_text(
+        "function (I[N, H, W, C], K[KH, KW, C, F], S[], X) -> (O) {\n"
+        "  O[n, y, x, f: N, H - KH + 1, W - KW + 1, F] =\n"
+        "      +(I[n, y + i, x + j, c] * K[i, j, c, f]);\n"
+        "}\n"
+    )
+    assert main(["run", str(path), "--shape", "K=3x3x16x8", "--value", "X=1"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().endswith("missing: --shape I=4x5x6x16 S=")  # C from K, S is 0-d

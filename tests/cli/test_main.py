@@ -182,7 +182,7 @@ def test_inputs_are_random_of_the_asked_types(tile_files: Path) -> None:
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        ([], "missing: --shape B=2x3"),
+        ([], "missing: --shape B=5x4"),  # B[K, N] after A[M, K]=6x5: K is 5
         (["--shape", "B=5x3", "Q=2"], "has no input named 'Q' (inputs: A, B)"),
         (["--shape", "B=5by3"], "sizes are whole numbers"),
         (["--shape", "B=5x3", "--dtype", "complex64"], "element types are bool, int8"),

@@ -124,6 +124,31 @@ def random_array(shape: tuple[int, ...], dtype: DType, rng: np.random.Generator)
     return np.asarray(rng.integers(low, 9, shape)).astype(numpy_dtype)
 
 
+def example_shapes(
+    function: Function, shapes: dict[str, tuple[int, ...]], missing: list[str]
+) -> list[str]:
+    """`NAME=DIMS` for each input of `missing`: sizes the given shapes fix where the header
+    shares a size name (B[K, N] after A=2x3 is 3x4), new sizes where none does."""
+    known: dict[str, int] = {}
+    for decl in function.ast.inputs:
+        if decl.name in shapes and decl.dims is not None:
+            known.update(zip((d.name for d in decl.dims), shapes[decl.name], strict=False))
+    fresh = iter(range(4, 1000))
+    examples = []
+    for decl in function.ast.inputs:
+        if decl.name not in missing:
+            continue
+        if decl.dims is None:
+            examples.append(f"{decl.name}=2x3")  # any rank: its statements decide
+            continue
+        for dim in decl.dims:
+            if dim.name not in known:
+                known[dim.name] = next(fresh)
+        sizes = [known[dim.name] for dim in decl.dims]
+        examples.append(f"{decl.name}={'x'.join(str(size) for size in sizes)}")
+    return examples
+
+
 def make_inputs(function: Function, args: argparse.Namespace) -> dict[str, object]:
     """Every input of `function`: random arrays of the `--shape`s, `--value` constants."""
     shapes = parse_shapes(args.shape)
@@ -137,7 +162,7 @@ def make_inputs(function: Function, args: argparse.Namespace) -> dict[str, objec
             )
     missing = [name for name in declared if name not in shapes and name not in values]
     if missing:
-        example = " ".join(f"--shape {name}=2x3" for name in missing)
+        example = "--shape " + " ".join(example_shapes(function, shapes, missing))
         raise UsageError(f"give every input a shape or a value; missing: {example}")
     rng = np.random.default_rng(args.seed)
     inputs: dict[str, object] = {}
