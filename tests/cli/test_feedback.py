@@ -151,3 +151,14 @@ def test_the_missing_shape_hint_fits_the_header(
     assert main(["run", str(path), "--shape", "K=3x3x16x8", "--value", "X=1"]) == 2
     err = capsys.readouterr().err
     assert err.strip().endswith("missing: --shape I=4x5x6x16 S=")  # C from K, S is 0-d
+
+
+def test_assertions_and_what_they_read_are_not_dead() -> None:
+    source = (
+        "function (M[R, C]) -> (O) {\n"
+        "  S = R == C;\n"
+        "  Ok = assert_square(S);\n"
+        "  O = M * 2;\n"
+        "}"
+    )
+    assert tile.Function(source).warnings == ()

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tile.errors import DiagnosticSink
-from tile.lang.builtins import lookup, suggest
+from tile.lang.builtins import ASSERT, lookup, suggest
 from tile.lang.syntax import (
     AggOp,
     Binary,
@@ -77,19 +77,23 @@ class _Checker:
         self.defined: dict[str, _Definition] = {}
         self.later: dict[str, Span | None] = {}  # statement targets not yet reached
         self.uses: dict[str, set[str]] = {}  # statement target -> the names it reads
+        self.checks: list[str] = []  # targets of statements that call assert_* (spec 9.7)
         self._reading: set[str] = set()
+        self._asserts = False
 
     def run(self) -> None:
         self._header()
         for statement in self.function.body:
             self.later.setdefault(statement.target, statement.span)
         for statement in self.function.body:
-            self._reading = set()
+            self._reading, self._asserts = set(), False
             if isinstance(statement, ContractionStmt):
                 self._contraction(statement)
             else:
                 self._expr(statement.value)
             self.uses.setdefault(statement.target, self._reading)
+            if self._asserts:
+                self.checks.append(statement.target)
             self._define(statement.target, statement.span)
         for output in self.function.outputs:
             if output.name not in self.defined:
@@ -101,9 +105,10 @@ class _Checker:
         self.sink.raise_if_any()
 
     def dead_statements(self) -> list[Diagnostic]:
-        """W-DEAD for each statement whose result no output needs (spec 11.1)."""
+        """W-DEAD for each statement whose result no output and no assertion needs (spec
+        11.1; an `Ok = assert_square(M == N);` is there for its check, its result unused)."""
         live: set[str] = set()
-        pending = [output.name for output in self.function.outputs]
+        pending = [output.name for output in self.function.outputs] + self.checks
         while pending:
             name = pending.pop()
             if name not in live:
@@ -196,6 +201,7 @@ class _Checker:
 
     def _call(self, fn: str, args: tuple[Expr, ...], span: Span | None) -> None:
         builtin = lookup(fn)
+        self._asserts |= builtin is ASSERT
         if builtin is None:
             hint = suggest(fn)
             extra = f"; did you mean '{hint}'?" if hint else ""
