@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 
 from semtree.types import DType
 from tile.bind.binder import bind
-from tile.errors import warn
 from tile.lang.check import check
 from tile.lang.parse import parse
 
@@ -49,8 +48,6 @@ class Function:
         if not self.floatx.is_float:
             raise ValueError(f"floatx must be a float type, not {self.floatx}")
         self.ast, self.warnings = _front_end(source)
-        for warning in self.warnings:
-            warn(warning)  # through Python's `warnings`, as a tile.TileWarning
 
     @property
     def inputs(self) -> tuple[str, ...]:

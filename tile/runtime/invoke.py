@@ -18,7 +18,7 @@ from hal.environment import flag
 from semtree.types import DType, TensorShape
 from tile.bind.function import Function as FrontEndFunction
 from tile.bind.inputs import unknown_input
-from tile.errors import DeviceMismatch, TileBindError, diagnostic
+from tile.errors import DeviceMismatch, TileBindError, diagnostic, warn
 from tile.lower.schedule import OutputSource
 from tile.runtime import debug
 from tile.runtime.api import Device, DeviceLike, InputValue, Tensor, device, resolve
@@ -48,10 +48,14 @@ if TYPE_CHECKING:
 
 class Function(FrontEndFunction):
     """A Tile function: parsed and checked on construction (TileSyntaxError, TileTypeError),
-    compiled lazily per device and input signature, run by calling it."""
+    compiled lazily per device and input signature, run by calling it. Its warnings
+    (`warnings`: W-PREC, W-DEAD) are also issued through Python's `warnings` as
+    `tile.TileWarning`s, once per place in the caller's code."""
 
     def __init__(self, source: str, name: str | None = None, *, floatx: object = "float32"):
         super().__init__(source, floatx=floatx)
+        for warning in self.warnings:  # W-PREC, W-DEAD: also through Python's `warnings`
+            warn(warning)
         self.name = name or "tile_fn"  # shown in errors and profiles
         self.source_hash = source_hash(source, self.floatx.value)
 
