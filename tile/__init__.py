@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 
 from semtree.types import DType, TensorShape
+from tile import ops  # the op library; it gives Tensor its arithmetic operators
 from tile._version import __version__
 from tile.errors import (
     BackendCompileError,
@@ -67,6 +68,7 @@ __all__ = [
     "device",
     "devices",
     "gradient",
+    "ops",
     "run",
     "value_and_grad",
 ]

@@ -68,6 +68,9 @@ from tile.ops.shapes import (
     sum,
     transpose,
 )
+from tile.ops.tensors import install as _install
+
+_install()  # tile.Tensor's arithmetic operators (tile.ops.tensors)
 
 __all__ = [
     "OpsError", "Value", "abs", "add", "argmax", "argmin", "avg_pool", "batch_norm",
