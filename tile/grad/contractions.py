@@ -17,7 +17,9 @@ from tile.lang.syntax import (
     IntLit,
     Name,
     OutSpec,
+    PBinary,
     PIndex,
+    PNeg,
     TensorRef,
 )
 
@@ -25,7 +27,18 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from tile.errors import TileGradientError
-    from tile.lang.syntax import Expr, Span, Statement
+    from tile.lang.syntax import Expr, PolyExpr, Span, Statement
+
+
+def _index_names(poly: PolyExpr) -> list[str]:
+    match poly:
+        case PIndex(name=name):
+            return [name]
+        case PBinary(lhs=lhs, rhs=rhs):
+            return _index_names(lhs) + _index_names(rhs)
+        case PNeg(operand=operand):
+            return _index_names(operand)
+    return []
 
 
 class ContractionRules:
@@ -156,7 +169,25 @@ class ContractionRules:
         elements (an outer product: one dimension per dimension of each operand), and its
         access at the operands' own indices. The operand `refs[first]` comes first; its
         sizes are `first_sizes` when it is not one of the statement's operands (the
-        cotangent, accessed where the output is)."""
+        cotangent, accessed where the output is).
+
+        Where every index variable of the statement is a whole subscript of some access,
+        the tensor is indexed by the variables instead: one element per index tuple, as
+        many as the forward contraction visits, not the product of the operands' sizes."""
+        space = self._tuple_space(statement)
+        if space is not None:
+            variables, sizes_of = space
+            name = self._fresh(f"P_{statement.target}")
+            self.emitted.append(
+                ContractionStmt(
+                    out=OutSpec(name, tuple(PIndex(v) for v in variables), sizes_of),
+                    agg=AggOp.ASSIGN,
+                    comb=comb,
+                    operands=tuple(refs),
+                    constraints=statement.constraints,
+                )
+            )
+            return TensorRef(name, tuple(PIndex(v) for v in variables))
         order = [first, *(k for k in range(len(refs)) if k != first)]
         fresh = [[f"v{k}_{axis}" for axis in range(len(refs[k].indices))] for k in range(len(refs))]
         sizes: list[Expr] = []
@@ -178,6 +209,35 @@ class ContractionRules:
             )
         )
         return TensorRef(name, tuple(index for k in order for index in refs[k].indices))
+
+    def _tuple_space(self, statement: ContractionStmt) -> tuple[list[str], tuple[Expr, ...]] | None:
+        """The statement's index variables and, for each, the size of a dimension that it
+        indexes on its own (bounding it), or None where some variable has no such place."""
+        accesses = [(statement.out.indices, tuple(statement.out.sizes or ()))]
+        accesses += [
+            (ref.indices, self._dims(ref.name, len(ref.indices))) for ref in statement.operands
+        ]
+        variables: list[str] = []
+        for indices, _ in accesses:
+            for poly in indices:
+                variables.extend(v for v in _index_names(poly) if v not in variables)
+        for constraint in statement.constraints:
+            variables.extend(v for v in _index_names(constraint.poly) if v not in variables)
+        sizes: list[Expr] = []
+        for variable in variables:
+            size = next(
+                (
+                    dims[axis]
+                    for indices, dims in accesses
+                    for axis, poly in enumerate(indices)
+                    if poly == PIndex(variable) and axis < len(dims)
+                ),
+                None,
+            )
+            if size is None:
+                return None
+            sizes.append(size)
+        return variables, tuple(sizes)
 
     def _ones(self, ref: TensorRef) -> TensorRef:
         """An access of ones shaped like `ref`'s tensor, at `ref`'s indices."""
