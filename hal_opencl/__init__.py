@@ -1,4 +1,4 @@
-"""OpenCL back end: semtree kernels as OpenCL C, built and run through pyopencl (ARCHITECTURE 6).
+"""OpenCL back end: semtree kernels as OpenCL C, built and run through pyopencl (design 6).
 
 Place in the pipeline: the registry calls `make_driver()`, which enumerates every OpenCL
 platform and device (`opencl.0`, ...). A device's compiler renders a `KernelList` as one

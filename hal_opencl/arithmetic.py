@@ -1,4 +1,4 @@
-"""OpenCL C arithmetic with the semtree's semantics (ARCHITECTURE 4.4 rules 8 and 9).
+"""OpenCL C arithmetic with the semtree's semantics (design 4.4 rules 8 and 9).
 
 Place in the pipeline: `render.py` converts both operands of an operation to their common type
 (`spelling.convert`) and asks this module to spell the operation itself. OpenCL C alone would

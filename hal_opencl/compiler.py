@@ -1,4 +1,4 @@
-"""Build and caching of OpenCL programs: KernelList -> OpenCLLibrary (ARCHITECTURE 6.3).
+"""Build and caching of OpenCL programs: KernelList -> OpenCLLibrary (design 6.3).
 
 Place in the pipeline: `OpenCLCompiler.build(kernel_list, device)` checks what the device can
 run (work-group sizes, local memory, float64), renders one program for the whole list

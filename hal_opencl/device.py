@@ -1,4 +1,4 @@
-"""OpenCL devices: enumeration, capabilities and settings (ARCHITECTURE 6.1, Appendix C).
+"""OpenCL devices: enumeration, capabilities and settings (design 6.1, Appendix C).
 
 Place in the pipeline: the registry calls `hal_opencl.make_driver()`, which lands here (after
 `vendors.register()` made pip-installed drivers such as Intel's CPU runtime visible). Every
@@ -91,7 +91,7 @@ class Capabilities:
 
 def device_kind(type_bits: int) -> DeviceKind:
     """The kind from the `device.type` bit field (not `device_type.to_string`, which prints
-    "ALL | CPU" on PoCL; ARCHITECTURE A.2)."""
+    "ALL | CPU" on PoCL; design A.2)."""
     if type_bits & cl.device_type.GPU:
         return DeviceKind.GPU
     if type_bits & cl.device_type.CPU:

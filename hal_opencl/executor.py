@@ -1,4 +1,4 @@
-"""Execution on an OpenCL device: the executor and prepared kernels (ARCHITECTURE 6.4).
+"""Execution on an OpenCL device: the executor and prepared kernels (design 6.4).
 
 Place in the pipeline: after `compiler.py` built an `OpenCLLibrary`, `OpenCLExecutor.prepare`
 makes each kernel launchable; `OpenCLKernel.run` sets the buffer arguments and enqueues an

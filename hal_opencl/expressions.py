@@ -1,4 +1,4 @@
-"""Expressions and memory accesses in OpenCL C: the typed half of the renderer (ARCHITECTURE 6.2).
+"""Expressions and memory accesses in OpenCL C: the typed half of the renderer (design 6.2).
 
 Place in the pipeline: `render.OpenCLRenderer` (kernels, declarations, statements) derives from
 `ExpressionRenderer`, which prints every expression as a `spelling.Text`: OpenCL C code plus the

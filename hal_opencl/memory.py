@@ -1,4 +1,4 @@
-"""Device memory of the OpenCL back end: buffers, host maps and arenas (ARCHITECTURE 6.5).
+"""Device memory of the OpenCL back end: buffers, host maps and arenas (design 6.5).
 
 Place in the pipeline: the executor allocates `OpenCLBuffer`s; kernels receive their
 `cl_buffer`s as arguments; the device layer of `tile` maps them to write inputs and read

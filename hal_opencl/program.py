@@ -1,4 +1,4 @@
-"""One OpenCL C program per KernelList: assembly and device checks (ARCHITECTURE 6.2, 6.3).
+"""One OpenCL C program per KernelList: assembly and device checks (design 6.2, 6.3).
 
 Place in the pipeline: `compiler.py` calls `render_program(kernel_list, options)` and builds the
 text it returns. Pure and deterministic, like the renderer: the same kernel list and options

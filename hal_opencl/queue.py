@@ -1,4 +1,4 @@
-"""The device's in-order queue and its events: how OpenCL work is ordered (ARCHITECTURE 5.5, 6.4).
+"""The device's in-order queue and its events: how OpenCL work is ordered (design 5.5, 6.4).
 
 Place in the pipeline: every kernel launch, copy, fill and unmap of an OpenCL device goes
 through `DeviceQueue.submit`, which returns an `OpenCLEvent` at once. Each device has one
@@ -8,7 +8,7 @@ queue itself and their events are dropped from wait lists (the same-queue shortc
 Dependencies that are not commands already on this queue (an LLVM event, a `SettableEvent`,
 another OpenCL device's event, a command of this queue still waiting for one of those) are
 awaited on the host: the command is *deferred*, and a per-device submitter thread enqueues it
-once they complete. This is the one place where we part from ARCHITECTURE 6.4, which bridges
+once they complete. This is the one place where we part from design 6.4, which bridges
 foreign events with a `cl.UserEvent`: a user event cannot carry a failure, so a kernel gated by
 one would run even when the foreign dependency failed, while the HAL contract says it must not
 run and its event must fail with `DependencyFailed`. Deferral also keeps a gated command from

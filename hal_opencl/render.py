@@ -1,4 +1,4 @@
-"""semtree to OpenCL C: the kernel renderer of the OpenCL back end (ARCHITECTURE 6.2).
+"""semtree to OpenCL C: the kernel renderer of the OpenCL back end (design 6.2).
 
 Place in the pipeline: `program.py` hands each distinct kernel body of a `KernelList` to an
 `OpenCLRenderer`, which prints it as an OpenCL C `__kernel` function. The renderer is pure and

@@ -1,4 +1,4 @@
-"""OpenCL C spellings of semtree values: types, literals and conversions (ARCHITECTURE 6.2).
+"""OpenCL C spellings of semtree values: types, literals and conversions (design 6.2).
 
 Place in the pipeline: `render.py` walks a kernel's semtree and asks this module how each value
 is written in OpenCL C. Everything here is pure string work on `Text`s, so the renderer keeps

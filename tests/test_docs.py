@@ -12,7 +12,7 @@ from pathlib import Path
 import tile
 
 REPO = Path(__file__).resolve().parents[1]
-CHECKED = ("tile", "semtree", "hal", "hal_llvm", "examples")
+CHECKED = ("tile", "semtree", "hal", "hal_llvm", "hal_opencl", "tests/opencl", "examples")
 OLD_CITATION = re.compile(r"ARCHITECTURE (?:[0-9]|A\.)")
 
 

@@ -1,5 +1,5 @@
 """Fixtures of the OpenCL tests: the registry's first OpenCL device (PoCL in CI). OpenCL is a
-shipped backend, so its absence fails the tests instead of skipping them (ARCHITECTURE 12;
+shipped backend, so its absence fails the tests instead of skipping them (design 12;
 the one exception is in `tests.shipped`).
 Every test of this folder carries the `opencl` marker."""
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 _DEVICE_POISON = 0xA5
 
-# Tolerances (ARCHITECTURE 12): exact for integers and booleans; single float operations.
+# Tolerances (design 12): exact for integers and booleans; single float operations.
 FLOAT_TOLERANCE = {
     DType.FLOAT16: {"rtol": 1e-2, "atol": 1e-3},
     DType.FLOAT32: {"rtol": 1e-5, "atol": 1e-6},

@@ -1,6 +1,6 @@
 """Every `Builtin` on the OpenCL device against the reference interpreter: float builtins on
 f16 (storage), f32, f64 and float4; ABS, MAX, MIN and MAD on integers (ABS(MIN) wraps);
-`Clamp`; and the `native_*` variants under `fast_math` (looser tolerance, ARCHITECTURE 12).
+`Clamp`; and the `native_*` variants under `fast_math` (looser tolerance, design 12).
 Tolerances: f32 rtol 1e-5 (a few ulp), f64 rtol 1e-12, f16 rtol 1e-2, integers exact."""
 
 from __future__ import annotations

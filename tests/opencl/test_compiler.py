@@ -1,4 +1,4 @@
-"""The OpenCL compiler (ARCHITECTURE 6.3): readable build errors, the program cache, kernel
+"""The OpenCL compiler (design 6.3): readable build errors, the program cache, kernel
 objects made once per program, shared bodies, capability checks before building, source
 dumps, and launches of one kernel object from several threads at once."""
 

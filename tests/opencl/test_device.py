@@ -1,4 +1,4 @@
-"""Enumeration, capabilities and settings of OpenCL devices (ARCHITECTURE 6.1, Appendix C),
+"""Enumeration, capabilities and settings of OpenCL devices (design 6.1, Appendix C),
 the registry's view of the backend, failures to start, and lazy imports."""
 
 from __future__ import annotations

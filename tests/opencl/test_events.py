@@ -1,4 +1,4 @@
-"""Events on the OpenCL device (ARCHITECTURE 5.5, 6.4): kernels ordered by events only, read
+"""Events on the OpenCL device (design 5.5, 6.4): kernels ordered by events only, read
 after write and write after read, commands deferred behind foreign events (a `SettableEvent`,
 an `llvm_cpu` event), failures that skip dependants with `DependencyFailed`, timeouts, done
 callbacks, and durations when the queue profiles (`TILE_PROFILE=1`)."""

@@ -1,4 +1,4 @@
-"""Buffers of the OpenCL device (ARCHITECTURE 6.5): maps (read-only, writable, discard,
+"""Buffers of the OpenCL device (design 6.5): maps (read-only, writable, discard,
 nested, zero-copy on host-unified devices), arenas of sub-buffers, copies (offsets, overlap
 inside one allocation, empty), zero fills of any size, zero-byte buffers, and the checks on
 the buffers a kernel is given."""

@@ -1,4 +1,4 @@
-"""The OpenCL renderer (ARCHITECTURE 6.2): golden programs, each also built (and run against
+"""The OpenCL renderer (design 6.2): golden programs, each also built (and run against
 the reference interpreter) on the OpenCL device, and spelling details that need no device.
 
 Golden files live in `tests/golden/<case>.cl` and are compared exactly. After a deliberate
