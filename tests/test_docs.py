@@ -26,5 +26,8 @@ def test_citations_name_documents_that_are_explained() -> None:
     ]
     assert stale == []
     for text in (tile.__doc__ or "", (REPO / "ARCHITECTURE.md").read_text()):
-        assert "`spec 9.1`" in text and "../shared/spec/TILE_LANGUAGE.md" in text
-        assert "`design 8.10`" in text and "../shared/design/ARCHITECTURE.md" in text
+        assert "`spec 9.1`" in text and "docs/TILE_LANGUAGE.md" in text
+        assert "`design 8.10`" in text and "docs/DESIGN.md" in text
+    # the cited documents are in the repository, with the cited sections
+    assert "### 9.1 General rules" in (REPO / "docs" / "TILE_LANGUAGE.md").read_text()
+    assert "8.10" in (REPO / "docs" / "DESIGN.md").read_text()

@@ -8,8 +8,8 @@ errors of `tile.errors` and `DType`. The front end (`tile.bind.function`, `tile.
 the stages.
 
 Citations in the docstrings: `spec 9.1` is section 9.1 of the Tile language specification,
-`../shared/spec/TILE_LANGUAGE.md` (beside this repository, not in it); `design 8.10` is
-section 8.10 of the design document `../shared/design/ARCHITECTURE.md` (beside it too).
+`docs/TILE_LANGUAGE.md`; `design 8.10` is section 8.10 of the original design document,
+`docs/DESIGN.md` (ARCHITECTURE.md describes what is built now where they differ).
 """
 
 from __future__ import annotations
