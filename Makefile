@@ -29,7 +29,7 @@ lint: $(STAMP)
 # The API reference, from the docstrings, into build/docs (index.html): pdoc, its warnings
 # (an annotation it cannot resolve, a name in __all__ that is not there) are errors.
 DOCS_MODULES := tile tile.errors tile.reference tile.runtime tile.lang tile.bind tile.grad \
-                tile.lower tile.cli tile.ops semtree
+                tile.lower tile.cli semtree
 
 docs: $(STAMP)
 	rm -rf build/docs
