@@ -75,8 +75,9 @@ class JitModule:
         context._owned = True  # llvmlite's finalizer leaves it to __del__
         self.functions = functions  # optimised IR text of each defined function, by name
 
-    def __del__(self) -> None:
-        if sys.is_finalizing():
+    def __del__(self, finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
+        # `finalizing` is bound now: late in interpreter shutdown the module's `sys` is None.
+        if finalizing():
             return
         self._engine.close()
         ffi.lib.LLVMPY_ContextDispose(self._context)

@@ -12,12 +12,13 @@ REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 
 
-def test_the_three_walkthroughs_are_there() -> None:
+def test_the_walkthroughs_are_there() -> None:
     names = [path.name for path in NOTEBOOKS]
     assert names == [
         "01_quick_start.ipynb",
         "02_life_of_a_tile_function.ipynb",
         "03_performance.ipynb",
+        "04_training.ipynb",
     ]
 
 
