@@ -17,8 +17,11 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -73,35 +76,17 @@ def run_cases(
         ]
         if family:
             command += ["--family", family]
-        process = subprocess.Popen(
-            command,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=environment(target),
-            cwd=REPO,
-        )
-        started: int | None = None
-        assert process.stdout is not None
-        for line in process.stdout:
-            if line.startswith("start "):
-                started = int(line.split()[1])
-            elif line.startswith("{"):
-                record = json.loads(line)
-                results.append(Result(target, **record))
-                next_index, started = record["index"] + 1, None
-        try:
-            _, stderr = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            _, stderr = process.communicate()
+        # stderr goes to a file: a worker that writes much there (warnings, driver logs)
+        # while the parent reads stdout to its end would block on a full pipe for ever.
+        with tempfile.TemporaryFile("w+") as errors:
+            started, next_index, status, stderr = _run_worker(
+                command, target, errors, results, next_index, timeout
+            )
         if started is not None:  # the worker died inside this case
             tail = " | ".join(stderr.strip().splitlines()[-3:])
-            results.append(
-                Result(target, started, "?", "crash", f"exit status {process.returncode}: {tail}")
-            )
+            results.append(Result(target, started, "?", "crash", f"exit status {status}: {tail}"))
             next_index = started + 1
-        elif process.returncode != 0:
+        elif status != 0:
             tail = " | ".join(stderr.strip().splitlines()[-3:])
             results.append(
                 Result(
@@ -109,7 +94,7 @@ def run_cases(
                     next_index,
                     "?",
                     "crash",
-                    f"worker failed with status {process.returncode}: {tail}",
+                    f"worker failed with status {status}: {tail}",
                 )
             )
             next_index += 1
@@ -119,6 +104,8 @@ def run_cases(
 def worker(target: str, seed: int, start: int, stop: int, family: str | None) -> None:
     # Imported here: the parent process never loads a device.
     import tile
+
+    warnings.simplefilter("ignore", tile.TileWarning)  # the fuzzer judges values only
     from tests.fuzz.check import check
     from tests.fuzz.programs import draw
 
@@ -134,6 +121,37 @@ def worker(target: str, seed: int, start: int, stop: int, family: str | None) ->
             "detail": outcome.detail[:2000],
         }
         print(json.dumps(record), flush=True)
+
+
+def _run_worker(
+    command: list[str],
+    target: str,
+    errors: IO[str],
+    results: list[Result],
+    next_index: int,
+    timeout: float | None,
+) -> tuple[int | None, int, int, str]:
+    """Run one worker to its end: the case it died in (or None), the next case, its exit
+    status and its stderr."""
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=errors, text=True, env=environment(target), cwd=REPO
+    )
+    started: int | None = None
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.startswith("start "):
+            started = int(line.split()[1])
+        elif line.startswith("{"):
+            record = json.loads(line)
+            results.append(Result(target, **record))
+            next_index, started = record["index"] + 1, None
+    try:
+        process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+    errors.seek(0)
+    return started, next_index, process.returncode, errors.read()
 
 
 def main() -> None:
