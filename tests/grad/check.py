@@ -18,12 +18,13 @@ inputs.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
 
 import tile
+from tests.fuzz.check import precisions
+from tests.fuzz.programs import Case
 from tile.reference import evaluate_function
 
 RTOL = 1e-5
@@ -155,16 +156,8 @@ def numeric_check(
 def _narrowest(prepared: Prepared, dtype: np.dtype) -> np.dtype:
     """The narrowest float type the gradient is computed in: a float64 gradient of a function
     with float16 inputs or `as_float(X, 32)` inside holds float16 or float32 roundings."""
-    floats = [np.dtype(dtype)] if np.dtype(dtype).kind == "f" else []
-    floats += [
-        v.dtype
-        for v in prepared.inputs.values()
-        if isinstance(v, np.ndarray) and v.dtype.kind == "f"
-    ]
-    source = prepared.function.source
-    floats += [
-        np.dtype(f"float{w}") for w in re.findall(r"as_float\([^;]*?,\s*(16|32|64)\s*\)", source)
-    ]
+    case = Case("gradient", prepared.function.source, prepared.inputs)  # type: ignore[arg-type]
+    floats = [item for item in (np.dtype(dtype), *precisions(case)) if item.kind == "f"]
     return min(floats, key=lambda item: item.itemsize, default=np.dtype("float64"))
 
 

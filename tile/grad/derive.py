@@ -23,12 +23,13 @@ Names the reverse pass makes never clash with the function's own (`G_T`, `G_T_1`
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tile.errors import TileGradientError, diagnostic
 from tile.grad.contractions import ContractionRules
-from tile.grad.names import expr_names, statement_names
+from tile.grad.names import expr_names, statement_names, subexpressions
 from tile.grad.rules import CONSTANT, RULES, ZERO, add, call, equal, mul, select, sub
 from tile.lang.syntax import (
     BINARY_FUNCTION,
@@ -73,20 +74,7 @@ ELEMENTWISE = CONSTANT - {"index", "shape", "prng_step", "prng_value", "prng_sta
 
 
 def _calls(node: Expr) -> Iterator[Call]:
-    match node:
-        case Call(args=args):
-            yield node
-            for arg in args:
-                yield from _calls(arg)
-        case Unary(operand=operand):
-            yield from _calls(operand)
-        case Binary(lhs=lhs, rhs=rhs):
-            yield from _calls(lhs)
-            yield from _calls(rhs)
-        case Ternary(cond=cond, then=then, other=other):
-            yield from _calls(cond)
-            yield from _calls(then)
-            yield from _calls(other)
+    return (item for item in subexpressions(node) if isinstance(item, Call))
 
 
 def _live(body: list[Statement], outputs: Sequence[str]) -> tuple[Statement, ...]:
@@ -178,9 +166,7 @@ class _Deriver(ContractionRules):
                 outputs.append((name, output))
                 continue
             if parts:
-                value = parts[0]
-                for part in parts[1:]:
-                    value = add(value, part)
+                value = functools.reduce(add, parts)
             else:  # unused: zeros of its shape and type
                 value = call("cotangent", select(Name(name), ZERO, ZERO), Name(name))
             self.emitted.append(Assign(output, value))
@@ -314,10 +300,7 @@ class _Deriver(ContractionRules):
         parts = self.contributions[name]
         if len(parts) == 1 and isinstance(parts[0], Name):
             return parts[0]
-        value = parts[0]
-        for part in parts[1:]:
-            value = add(value, part)
-        return self._temp(f"G_{name}", value)
+        return self._temp(f"G_{name}", functools.reduce(add, parts))
 
     def _is_active(self, node: Expr) -> bool:
         return any(name in self.active for name in expr_names(node))

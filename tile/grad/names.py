@@ -22,22 +22,26 @@ if TYPE_CHECKING:
     from tile.lang.syntax import Expr, PolyExpr, Statement
 
 
-def expr_names(node: Expr) -> Iterator[str]:
+def subexpressions(node: Expr) -> Iterator[Expr]:
+    """`node` and every expression inside it, parents first."""
+    yield node
     match node:
-        case Name(name=name):
-            yield name
         case Call(args=args):
             for arg in args:
-                yield from expr_names(arg)
+                yield from subexpressions(arg)
         case Unary(operand=operand):
-            yield from expr_names(operand)
+            yield from subexpressions(operand)
         case Binary(lhs=lhs, rhs=rhs):
-            yield from expr_names(lhs)
-            yield from expr_names(rhs)
+            yield from subexpressions(lhs)
+            yield from subexpressions(rhs)
         case Ternary(cond=cond, then=then, other=other):
-            yield from expr_names(cond)
-            yield from expr_names(then)
-            yield from expr_names(other)
+            yield from subexpressions(cond)
+            yield from subexpressions(then)
+            yield from subexpressions(other)
+
+
+def expr_names(node: Expr) -> Iterator[str]:
+    return (item.name for item in subexpressions(node) if isinstance(item, Name))
 
 
 def poly_names(poly: PolyExpr) -> Iterator[str]:

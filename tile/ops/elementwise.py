@@ -1,33 +1,34 @@
 """Elementwise ops: arithmetic, comparisons, math builtins and activations, with NumPy
-broadcasting (Tile's own); Python operators on `Value`s (tile.ops.graph) write the same."""
+broadcasting (Tile's own). The arithmetic and comparisons are the Python operators of `Value`
+(tile.ops.graph), which write them."""
 
 from __future__ import annotations
 
-from tile.ops.graph import Operand, OpsError, Value, apply
+from tile.ops.graph import Operand, OpsError, Value, apply, as_value
 
 
 def add(a: Operand, b: Operand) -> Value:
-    return apply("{0} + {1}", a, b)
+    return as_value(a) + b
 
 
 def subtract(a: Operand, b: Operand) -> Value:
-    return apply("{0} - {1}", a, b)
+    return as_value(a) - b
 
 
 def multiply(a: Operand, b: Operand) -> Value:
-    return apply("{0} * {1}", a, b)
+    return as_value(a) * b
 
 
 def divide(a: Operand, b: Operand) -> Value:
-    return apply("{0} / {1}", a, b)
+    return as_value(a) / b
 
 
 def negative(a: Operand) -> Value:
-    return apply("-{0}", a)
+    return -as_value(a)
 
 
 def power(a: Operand, b: Operand) -> Value:
-    return apply("pow({0}, {1})", a, b)
+    return as_value(a) ** b
 
 
 def maximum(a: Operand, b: Operand) -> Value:
@@ -43,27 +44,27 @@ def where(condition: Operand, a: Operand, b: Operand) -> Value:
 
 
 def less(a: Operand, b: Operand) -> Value:
-    return apply("{0} < {1}", a, b)
+    return as_value(a) < b
 
 
 def less_equal(a: Operand, b: Operand) -> Value:
-    return apply("{0} <= {1}", a, b)
+    return as_value(a) <= b
 
 
 def greater(a: Operand, b: Operand) -> Value:
-    return apply("{0} > {1}", a, b)
+    return as_value(a) > b
 
 
 def greater_equal(a: Operand, b: Operand) -> Value:
-    return apply("{0} >= {1}", a, b)
+    return as_value(a) >= b
 
 
 def equal(a: Operand, b: Operand) -> Value:
-    return apply("{0} == {1}", a, b)
+    return as_value(a) == b
 
 
 def not_equal(a: Operand, b: Operand) -> Value:
-    return apply("{0} != {1}", a, b)
+    return as_value(a) != b
 
 
 def _unary(builtin: str, doc: str):  # type: ignore[no-untyped-def]

@@ -32,7 +32,8 @@ def _per_axis(value: PerAxis, count: int, what: str) -> list[int]:
 
 
 def _dim_max0(size: Dim) -> Dim:
-    return size if not isinstance(size, int) or size >= 0 else 0
+    """max(size, 0), folded for an int."""
+    return (size if size >= 0 else 0) if isinstance(size, int) else f"max({size}, 0)"
 
 
 def _window(
@@ -54,7 +55,7 @@ def _window(
         elif padding == "same":
             out = dim_op(dim_op(size, "+", s - 1), "/", s)
             total = dim_op(dim_op(dim_op(dim_op(out, "-", 1), "*", s), "+", span), "-", size)
-            total = _dim_max0(total) if isinstance(total, int) else f"max({total}, 0)"
+            total = _dim_max0(total)
             outputs.append(out)
             befores.append(dim_op(total, "/", 2))
         elif not isinstance(padding, str):
@@ -153,7 +154,7 @@ def conv_transpose(
             befores.append(0)
         elif padding == "same":
             total = dim_op(full, "-", dim_op(size, "*", s))
-            total = _dim_max0(total) if isinstance(total, int) else f"max({total}, 0)"
+            total = _dim_max0(total)
             sizes.append(dim_op(size, "*", s))
             befores.append(dim_op(total, "/", 2))
         elif not isinstance(padding, str):
