@@ -1,7 +1,9 @@
-"""tile's cache on disk: where it is, and entries that are checked before use (issue 10).
+"""tile's cache on disk: where it is, and entries that are checked before use (issues 10, 13).
 
-- `cache_directory()`: `TILE_CACHE_DIR` when set, else `$XDG_CACHE_HOME/tile`, else
-  `~/.cache/tile`. The OpenCL back end keeps its drivers' caches under it.
+- `cache_directory()`: `TILE_CACHE_DIR` when set, else the platform's user cache directory
+  (`platformdirs`: `$XDG_CACHE_HOME/tile` or `~/.cache/tile` on Linux). `TILE_CACHE=0` turns
+  the cache off (`cache_enabled()`): nothing is read or written. The OpenCL back end keeps its
+  drivers' caches under it, tile's runtime its compiled programs.
 - `atomic_write(path, data)`: writes a temporary file beside `path` and renames it over
   `path`, so that a reader sees the old bytes or the new ones, never a part, however many
   processes write the same entry at once.
@@ -11,6 +13,10 @@
   A corrupt entry is deleted and logged once (a warning on the `tile` logger, `discard`), and
   the caller rebuilds it. Reading and writing never raise `OSError`: an entry that cannot be
   read is missing, one that cannot be written is not written.
+- Size: every store under the cache directory shares one budget, `TILE_CACHE_MAX_MB` (default
+  2048). Reading a manifest marks it used (its mtime); `evict` deletes the least recently used
+  manifests until the stores fit, then the blobs no manifest names. A process evicts after its
+  first write and every 64th after that. `usage()` and `clear()` serve `python -m tile cache`.
 """
 
 from __future__ import annotations
@@ -20,11 +26,22 @@ import hashlib
 import json
 import logging
 import os
+import re
+import shutil
 import tempfile
 import threading
+import time
 from pathlib import Path
 
+import platformdirs
+
 CACHE_DIR_VARIABLE = "TILE_CACHE_DIR"
+CACHE_SWITCH_VARIABLE = "TILE_CACHE"
+CACHE_LIMIT_VARIABLE = "TILE_CACHE_MAX_MB"
+DEFAULT_LIMIT_MB = 2048
+EVICT_EVERY = 64  # writes between evictions in one process
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+_ORPHAN_GRACE_SECONDS = 300  # a blob written just before its manifest is not an orphan yet
 
 log = logging.getLogger("tile")
 
@@ -37,9 +54,23 @@ def cache_directory() -> Path:
     configured = os.environ.get(CACHE_DIR_VARIABLE, "").strip()
     if configured:
         return Path(configured).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
-    base = Path(xdg) if xdg else Path.home() / ".cache"
-    return base / "tile"
+    return Path(platformdirs.user_cache_dir("tile", appauthor=False))
+
+
+def cache_enabled() -> bool:
+    """False when `TILE_CACHE` is 0, no, false or off: nothing is read from or written to disk."""
+    value = os.environ.get(CACHE_SWITCH_VARIABLE, "").strip().lower()
+    return value not in {"0", "no", "false", "off"}
+
+
+def cache_limit() -> int:
+    """The stores' budget in bytes (`TILE_CACHE_MAX_MB`, default 2048 MB)."""
+    text = os.environ.get(CACHE_LIMIT_VARIABLE, "").strip()
+    try:
+        megabytes = float(text) if text else DEFAULT_LIMIT_MB
+    except ValueError:
+        raise ValueError(f"{CACHE_LIMIT_VARIABLE} must be a number of MB, not {text!r}") from None
+    return max(0, int(megabytes * 2**20))
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -122,6 +153,8 @@ class Store:
             text = path.read_bytes()
         except OSError:
             return None
+        with contextlib.suppress(OSError):
+            os.utime(path)  # used now: the last to be evicted
         try:
             value = json.loads(text)
         except ValueError:  # also UnicodeDecodeError
@@ -136,7 +169,123 @@ class Store:
         data = json.dumps({**value, "key": key}, sort_keys=True).encode()
         with contextlib.suppress(OSError):
             atomic_write(self._manifest_path(key), data)
+        _note_write()
 
     def drop_manifest(self, key: str, reason: str) -> None:
         """Discard the manifest `key`, whose entry turned out to be corrupt."""
         discard(self._manifest_path(key), reason)
+
+
+# ---- size, eviction, inspection -------------------------------------------------------------
+
+_writes = 0
+_writes_lock = threading.Lock()
+
+
+def _note_write() -> None:
+    global _writes
+    with _writes_lock:
+        due = _writes % EVICT_EVERY == 0
+        _writes += 1
+    if due:
+        evict()
+
+
+def _stores(root: Path) -> list[Path]:
+    """The stores under `root`: directories holding `manifests/` or `blobs/`."""
+    found = {path.parent for name in ("manifests", "blobs") for path in root.glob(f"**/{name}")}
+    return sorted(path for path in found if path.is_dir())
+
+
+def _files(directory: Path) -> list[tuple[Path, os.stat_result]]:
+    result = []
+    for path in directory.rglob("*"):
+        with contextlib.suppress(OSError):
+            info = path.stat()
+            if path.is_file():
+                result.append((path, info))
+    return result
+
+
+def usage(root: Path | None = None) -> dict[str, dict[str, int]]:
+    """Per store under the cache directory (by its path relative to it): its `entries`
+    (manifests), `blobs` and `bytes`."""
+    root = cache_directory() if root is None else root
+    report = {}
+    for store in _stores(root):
+        manifests = _files(store / "manifests")
+        blobs = _files(store / "blobs")
+        size = sum(info.st_size for _, info in manifests + blobs)
+        name = store.relative_to(root).as_posix()
+        report[name] = {"entries": len(manifests), "blobs": len(blobs), "bytes": size}
+    return report
+
+
+def clear(root: Path | None = None) -> int:
+    """Delete every store under the cache directory; the bytes freed. (Directories a running
+    process uses for its driver, such as PoCL's, are left to that process.)"""
+    root = cache_directory() if root is None else root
+    freed = 0
+    for store in _stores(root):
+        for name in ("manifests", "blobs"):
+            for _, info in _files(store / name):
+                freed += info.st_size
+            shutil.rmtree(store / name, ignore_errors=True)
+    return freed
+
+
+def evict(root: Path | None = None, limit: int | None = None) -> int:
+    """Delete least recently used manifests until every store under `root` fits `limit`
+    bytes together, then blobs no manifest names; the bytes freed. Never raises OSError.
+    Concurrent processes may evict at once: a manifest whose blob went is a miss for them."""
+    if not cache_enabled():
+        return 0
+    root = cache_directory() if root is None else root
+    limit = cache_limit() if limit is None else limit
+    manifests: list[tuple[Path, os.stat_result]] = []
+    blobs: dict[str, tuple[Path, os.stat_result]] = {}
+    for store in _stores(root):
+        manifests += _files(store / "manifests")
+        blobs.update((path.name, (path, info)) for path, info in _files(store / "blobs"))
+    total = sum(info.st_size for _, info in manifests) + sum(i.st_size for _, i in blobs.values())
+    if total <= limit:
+        return 0
+    names: dict[Path, set[str]] = {}
+    for path, _ in manifests:
+        try:
+            names[path] = set(_DIGEST.findall(path.read_text())) & blobs.keys()
+        except (OSError, ValueError):
+            names[path] = set()
+    # Oldest first, each manifest taking away its own bytes and those of its blobs that no
+    # newer manifest names.
+    users: dict[str, int] = {}
+    for digest_set in names.values():
+        for digest in digest_set:
+            users[digest] = users.get(digest, 0) + 1
+    freed = 0
+    manifests.sort(key=lambda item: item[1].st_mtime)
+    for path, info in manifests:
+        if total - freed <= limit:
+            break
+        with contextlib.suppress(OSError):
+            path.unlink()
+            freed += info.st_size
+            for digest in names[path]:
+                users[digest] -= 1
+                if users[digest] == 0:
+                    freed += _unlink(blobs[digest][0])
+    now = time.time()
+    for digest, (path, info) in blobs.items():
+        orphan = users.get(digest, 0) == 0 and path.exists()
+        if orphan and now - info.st_mtime > _ORPHAN_GRACE_SECONDS:
+            freed += _unlink(path)
+    return freed
+
+
+def _unlink(path: Path) -> int:
+    try:
+        size = path.stat().st_size
+        path.unlink()
+    except OSError:
+        return 0
+    return size

@@ -20,7 +20,7 @@ from abc import ABC, abstractmethod
 from enum import Enum
 from typing import TYPE_CHECKING
 
-from hal.errors import DeviceUnavailableError
+from hal.errors import DeviceUnavailableError, UnsupportedOnDevice
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -157,6 +157,19 @@ class Compiler(ABC):
         `hal.BackendCompileError` (with the generated source and the driver log) or
         `hal.UnsupportedOnDevice` (e.g. float64 without cl_khr_fp64)."""
 
+    def export(self, library: Library) -> bytes:
+        """The code of `library` as bytes that `restore` turns back into a library in another
+        process (tile's disk cache and saved bundles keep them). Raises
+        `hal.UnsupportedOnDevice` where the backend cannot export its code."""
+        raise UnsupportedOnDevice(f"{type(self).__name__} cannot export compiled code")
+
+    def restore(self, kernel_list: KernelList, code: bytes, device: Device) -> Library:
+        """The library `export` described, for `kernel_list` on `device`, without translating
+        or optimising anything that `export` already holds. Raises `hal.UnsupportedOnDevice`
+        (saying why) when the code cannot run on `device` (another CPU, missing features),
+        `hal.HalError` when `code` is not what `export` writes."""
+        raise UnsupportedOnDevice(f"{type(self).__name__} cannot restore compiled code")
+
 
 class Executor(ABC):
     """Memory and execution for one device."""
@@ -208,6 +221,14 @@ class Device(ABC):
 
     def close(self) -> None:  # noqa: B027 (optional for backends, so not abstract)
         """Release driver resources. Optional; devices also close at interpreter exit."""
+
+    @property
+    def code_identity(self) -> str | None:
+        """Everything besides `settings` that the code built for this device depends on (the
+        driver and its version, the CPU model and features), as one string: code compiled
+        where it is equal runs here. None (the default) when the backend cannot say, and its
+        compiled code is then never reused from disk."""
+        return None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.id}: {self.description}>"

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from hal.errors import HalError
 from hal.interfaces import Device, DeviceKind, DeviceSet, Driver, Executor, Kernel
-from hal_llvm.compiler import LLVMCompiler, LLVMLibrary, host
+from hal_llvm.compiler import LLVMCompiler, LLVMLibrary, host, llvm_version
 from hal_llvm.memory import ALIGNMENT, CpuArena, CpuBuffer, host_bytes
 from hal_llvm.runtime import CpuRuntime
 
@@ -231,6 +231,16 @@ class LLVMDevice(Device):
             else:
                 self._settings = settings_class(**self.host.settings_fields())
         return self._settings
+
+    @property
+    def code_identity(self) -> str | None:
+        """LLVM's version, the target triple, the CPU and its features (None with a custom
+        renderer, whose code is not the default renderer's)."""
+        if self.compiler.renderer is not None:
+            return None
+        cpu = self.host
+        version = ".".join(map(str, llvm_version()))
+        return f"llvm {version} {cpu.triple} {cpu.name} {cpu.feature_string}"
 
     def close(self) -> None:
         self.runtime.close()

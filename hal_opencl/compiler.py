@@ -21,6 +21,7 @@ The executor then prepares kernels from the resulting `OpenCLLibrary`.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import threading
 import time
@@ -46,6 +47,9 @@ if TYPE_CHECKING:
     from semtree.kernel import KernelList
 
     Renderer = Callable[[KernelList, RenderOptions], ProgramSource]
+
+
+_EXPORT_FORMAT = 1
 
 
 @dataclass
@@ -181,6 +185,50 @@ class OpenCLCompiler(Compiler):
         options = ("-cl-mad-enable",) if not settings.disable_mad else ()
         if settings.fast_math:
             options += ("-cl-fast-relaxed-math",)
+        return self._library(kernel_list, device, program_source, options)
+
+    def export(self, library: Library) -> bytes:
+        """The program's OpenCL C text, where each kernel is in it, and the build options
+        (the driver's binary stays in the driver caches of `driver_cache`)."""
+        if not isinstance(library, OpenCLLibrary):
+            raise TypeError(f"an OpenCL compiler cannot export {library!r}")
+        source = library.program_source
+        exported = {
+            "format": _EXPORT_FORMAT,
+            "text": source.text,
+            "entry_points": list(source.entry_points),
+            "functions": source.functions,
+            "options": list(library.options),
+        }
+        return json.dumps(exported, sort_keys=True).encode()
+
+    def restore(self, kernel_list: KernelList, code: bytes, device: OpenCLDevice) -> OpenCLLibrary:  # type: ignore[override]
+        """Build an exported program (no rendering; the driver's caches usually hold it)."""
+        if not hasattr(device, "queue") or not hasattr(device, "capabilities"):
+            raise UnsupportedOnDevice(f"OpenCL code cannot run on {device!r}")
+        try:
+            exported = json.loads(code)
+            if exported["format"] != _EXPORT_FORMAT:
+                raise HalError(f"OpenCL export format {exported['format']}, not {_EXPORT_FORMAT}")
+            entry_points = tuple(exported["entry_points"])
+            program_source = ProgramSource(exported["text"], entry_points, exported["functions"])
+            options = tuple(exported["options"])
+        except (ValueError, KeyError, TypeError) as error:
+            raise HalError(f"not OpenCL code exported by tile: {error}") from error
+        if len(entry_points) != len(kernel_list.kernels):
+            raise HalError("the exported OpenCL program does not match its kernel list")
+        check_launches(kernel_list, device)
+        if "cl_khr_fp64" in program_source.text and not device.capabilities.fp64:
+            raise UnsupportedOnDevice(f"the program uses float64, which {device.id} lacks")
+        return self._library(kernel_list, device, program_source, options)
+
+    def _library(
+        self,
+        kernel_list: KernelList,
+        device: OpenCLDevice,
+        program_source: ProgramSource,
+        options: tuple[str, ...],
+    ) -> OpenCLLibrary:
         names = tuple(dict.fromkeys(n for n in program_source.entry_points if n is not None))
         if not names:
             return OpenCLLibrary(kernel_list, program_source, None, options)

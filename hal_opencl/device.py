@@ -205,6 +205,16 @@ class OpenCLDevice(Device):
                 queue = self._queue
         return queue
 
+    @property
+    def code_identity(self) -> str:
+        """The platform, the device, their versions and the driver's (issue 13)."""
+        cl_device, capabilities = self.cl_device, self.capabilities
+        platform_version = cl_device.platform.version.strip()
+        return (
+            f"opencl {capabilities.platform} {platform_version} | {capabilities.name} "
+            f"{capabilities.version} | driver {cl_device.driver_version.strip()}"
+        )
+
     def flush(self) -> None:
         if self._queue is not None:
             self._queue.flush()

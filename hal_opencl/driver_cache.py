@@ -59,7 +59,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hal.disk_cache import CorruptEntryError, Store, cache_directory
+from hal.disk_cache import CorruptEntryError, Store, cache_directory, cache_enabled
 from hal_opencl.malloc import mapped_large_allocations
 
 try:
@@ -212,15 +212,25 @@ def prepare() -> None:
     global _store, _pocl
     os.environ.setdefault("PYOPENCL_NO_CACHE", "1")
     with _prepare_lock:
-        root = cache_directory() / "opencl"
         try:
             if _store is None:
+                root = _root()
                 root.mkdir(parents=True, exist_ok=True)
                 _store = Store(root / "store")
                 _pocl = _pocl_run(_store, root / "pocl-runs")
         except OSError as error:
             log.debug("no OpenCL cache on disk: %s", error)
     _check_invoker_cache()
+
+
+def _root() -> Path:
+    """`<tile cache>/opencl`; with the cache off (`TILE_CACHE=0`) a directory of this process
+    alone, deleted at exit, so that PoCL still never reads another process's files."""
+    if cache_enabled():
+        return cache_directory() / "opencl"
+    root = Path(tempfile.mkdtemp(prefix="tile-opencl-"))
+    atexit.register(shutil.rmtree, root, True)  # registered first: runs after the saves
+    return root
 
 
 def _pocl_run(store: Store, runs: Path) -> PoclRun | None:

@@ -179,6 +179,11 @@ class KernelList:
         object.__setattr__(self, "var_rewrites", MappingProxyType(dict(self.var_rewrites)))
         self._check()
 
+    def __reduce__(self) -> tuple:
+        # Pickled as its fields (a mapping proxy does not pickle); unpickling checks it again.
+        fields = (self.kernels, dict(self.shapes), self.inputs, self.outputs, self.temporaries)
+        return (KernelList, (*fields, dict(self.var_rewrites)))
+
     def _check(self) -> None:
         names = [kernel.name for kernel in self.kernels]
         if len(set(names)) != len(names):

@@ -27,6 +27,7 @@ from tile.errors import (
     Diagnostic,
     ExecutionError,
     TileBindError,
+    TileBundleError,
     TileError,
     TileGradientError,
     TileOutOfMemory,
@@ -36,6 +37,7 @@ from tile.errors import (
     TileWarning,
 )
 from tile.runtime.api import Device, Tensor, device, devices
+from tile.runtime.compiled import CompiledFunction, load, spec
 from tile.runtime.gradient import GradientFunction, gradient, value_and_grad
 from tile.runtime.invoke import Function, Invocation, Invoker, run
 
@@ -43,6 +45,7 @@ logging.getLogger("tile").addHandler(logging.NullHandler())
 
 __all__ = [
     "BackendCompileError",
+    "CompiledFunction",
     "DType",
     "Device",
     "DeviceError",
@@ -57,6 +60,7 @@ __all__ = [
     "Tensor",
     "TensorShape",
     "TileBindError",
+    "TileBundleError",
     "TileError",
     "TileGradientError",
     "TileOutOfMemory",
@@ -68,7 +72,9 @@ __all__ = [
     "device",
     "devices",
     "gradient",
+    "load",
     "ops",
     "run",
+    "spec",
     "value_and_grad",
 ]

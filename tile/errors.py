@@ -195,6 +195,12 @@ class TileUnsupported(DeviceError):  # noqa: N818 (the name is part of the publi
     default_code = "E-UNSUPPORTED"
 
 
+class TileBundleError(DeviceError):
+    """A file given to `tile.load` is not a sound bundle (not one, damaged, another format)."""
+
+    default_code = "E-BUNDLE"
+
+
 class BackendCompileError(DeviceError):
     """The device compiler rejected the generated code. `kernel`, `source` (the complete
     generated code) and `log` (the compiler's output) come from the HAL's error."""

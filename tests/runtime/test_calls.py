@@ -54,7 +54,7 @@ def test_gradient_functions_take_positional_inputs(cpu: tile.Device) -> None:
     grad = tile.gradient(square_sum)
     assert grad.inputs == ("X", "DS")
     x = f32(1, 2)
-    assert grad.named_inputs((x,), {}) == {"X": x}
+    assert grad.named_inputs((x,), {}) == {"X": x, "DS": 1.0}  # a scalar cotangent: 1
     with pytest.raises(TypeError, match="two values for input 'X'"):
         grad(x, X=x, device=cpu)
     with pytest.raises(TypeError, match="but 3 were given"):

@@ -12,8 +12,6 @@ from typing import TYPE_CHECKING
 
 from semtree.types import DType
 from tile.bind.binder import bind
-from tile.lang.check import check
-from tile.lang.parse import parse
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -24,7 +22,13 @@ if TYPE_CHECKING:
 
 
 @lru_cache(maxsize=256)
-def _front_end(source: str) -> tuple[FunctionDef, tuple[Diagnostic, ...]]:
+def front_end(source: str) -> tuple[FunctionDef, tuple[Diagnostic, ...]]:
+    """The checked syntax tree of `source` and its warnings, sorted by place (cached)."""
+    # Imported here: the parser needs Lark, which a process running only stored programs and
+    # front ends (tile.runtime.store) never imports.
+    from tile.lang.check import check
+    from tile.lang.parse import parse
+
     warnings: list[Diagnostic] = []
     function = parse(source, warnings)
     check(function, source, warnings)
@@ -47,7 +51,11 @@ class Function:
         self.floatx = DType.of(floatx)
         if not self.floatx.is_float:
             raise ValueError(f"floatx must be a float type, not {self.floatx}")
-        self.ast, self.warnings = _front_end(source)
+        self.ast, self.warnings = self._front_end(source)
+
+    def _front_end(self, source: str) -> tuple[FunctionDef, tuple[Diagnostic, ...]]:
+        """Parse and check `source` (the runtime's Function looks on disk first)."""
+        return front_end(source)
 
     @property
     def inputs(self) -> tuple[str, ...]:

@@ -1,8 +1,9 @@
-"""The command line, `python -m tile devices | info | run | dump` (design 9).
+"""The command line, `python -m tile devices | info | run | dump | cache` (design 9).
 
 Place in the pipeline: on top of the public API, like a user's script. `devices` and `info`
 list what the registry loaded; `run` and `dump` read a Tile file, make random inputs of the
-shapes given with `--shape` and take it through the pipeline (`tile.cli.run`, `tile.cli.dump`).
+shapes given with `--shape` and take it through the pipeline (`tile.cli.run`, `tile.cli.dump`);
+`cache` shows or empties the disk cache (`tile.cli.cache`).
 
 Exit status: 0 success; 1 the work failed (a device could not build or run the program,
 `run --check` found a device that is wrong, a `dump` stage has no device); 2 the request is
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING
 from hal import registry
 from hal.errors import DeviceUnavailableError
 from tile._version import __version__
+from tile.cli.cache import add_cache_parser
 from tile.cli.dump import STAGES, dump_command
 from tile.cli.inputs import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
 from tile.cli.run import run_command
@@ -192,7 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Tile: list devices, run and inspect Tile functions.",
         epilog="TILE_DEVICE picks the default device; TILE_DEBUG=1..4 logs to stderr "
         "(1 devices, 2 compile/cache events and kernel times, 3 tiling, 4 code); "
-        "TILE_DUMP_DIR keeps the generated code.",
+        "TILE_DUMP_DIR keeps the generated code; TILE_CACHE_DIR, TILE_CACHE=0 and "
+        "TILE_CACHE_MAX_MB place, turn off and bound the disk cache.",
     )
     parser.add_argument("--version", action="version", version=f"tile-hal {__version__}")
     commands = parser.add_subparsers(dest="command_name", metavar="COMMAND", required=True)
@@ -224,6 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_program_options(dump)
     dump.add_argument("--stage", required=True, choices=STAGES, help="what to print")
     dump.set_defaults(command=dump_command)
+    add_cache_parser(commands)
     return parser
 
 

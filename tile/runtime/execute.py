@@ -19,7 +19,7 @@ import numpy as np
 
 from hal.errors import HalError
 from tile.lower.schedule import OutputSource, make_schedule
-from tile.runtime import debug
+from tile.runtime import debug, store
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -90,6 +90,39 @@ def compile_program(
             device.id, label, stem, bound, kernel_list, library, generated - start, seconds
         )
     return CompiledProgram(key, kernel_list, library, kernels, schedule, seconds)
+
+
+def load_program(runtime: DeviceRuntime, key: ProgramKey, label: str) -> CompiledProgram | None:
+    """The program of `key` from tile's disk cache (`tile.runtime.store`), ready to launch, or
+    None when it holds none that this device can run."""
+    if debug.dump_directory() is not None:
+        return None  # TILE_DUMP_DIR asks for the generated code: compile, so it is written
+    start = time.perf_counter()
+    device = runtime.device
+    stored = store.load_program(key, device)
+    if stored is None:
+        return None
+    kernel_list, schedule, library = stored
+    try:
+        kernels = [device.executor.prepare(library, i) for i in range(len(kernel_list.kernels))]
+    except HalError as error:
+        raise build_error(error, f"{label} on {device.id}") from error
+    seconds = time.perf_counter() - start
+    debug.emit(
+        debug.TIMES,
+        "loaded %s for %s from the disk cache in %.1f ms",
+        label,
+        device.id,
+        1000 * seconds,
+    )
+    return CompiledProgram(key, kernel_list, library, kernels, schedule, seconds)
+
+
+def save_program(runtime: DeviceRuntime, program: CompiledProgram) -> None:
+    """Store a program just compiled in tile's disk cache (never raises for the disk's sake)."""
+    store.save_program(
+        program.key, runtime.device, program.kernel_list, program.schedule, program.library
+    )
 
 
 def key_digest(key: ProgramKey) -> str:

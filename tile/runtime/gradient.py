@@ -16,10 +16,10 @@ from tile.grad import derive
 from tile.runtime.invoke import Function
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from tile.grad import Gradient
-    from tile.runtime.api import DeviceLike, InputValue, Tensor
+    from tile.runtime.api import InputValue, Tensor  # noqa: F401 (Tensor: for InputValue in the API reference)
 
 
 class GradientFunction(Function):
@@ -32,15 +32,15 @@ class GradientFunction(Function):
         self.gradients = dict(gradient.gradients)
         self.scalar = gradient.scalar
 
-    def __call__(
-        self, *args: InputValue, device: DeviceLike = None, **inputs: InputValue
-    ) -> dict[str, Tensor]:
-        """Run like `Function.__call__` (positional inputs in declaration order, the
-        cotangent last); a scalar cotangent left out is 1."""
-        named = self.named_inputs(args, inputs)
+    def named_inputs(
+        self, args: tuple[InputValue, ...], inputs: Mapping[str, InputValue]
+    ) -> dict[str, InputValue]:
+        """Inputs by name as `Function.named_inputs` binds them (the cotangent last); a scalar
+        cotangent left out is 1, in calls and in `compile`."""
+        named = super().named_inputs(args, inputs)
         if self.scalar and self.cotangent not in named:
             named[self.cotangent] = 1.0
-        return super().__call__(device=device, **named)
+        return named
 
 
 def _function(fn: Function | str) -> Function:

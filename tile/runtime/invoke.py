@@ -10,17 +10,18 @@ launches; an
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hal.environment import flag
 from semtree.types import DType, TensorShape
 from tile.bind.function import Function as FrontEndFunction
+from tile.bind.function import front_end
 from tile.bind.inputs import unknown_input
 from tile.errors import DeviceMismatch, TileBindError, diagnostic, warn
-from tile.lower.schedule import OutputSource
-from tile.runtime import debug
+from tile.lang.syntax import FunctionDef
+from tile.runtime import debug, store
 from tile.runtime.api import Device, DeviceLike, InputValue, Tensor, device, resolve
 from tile.runtime.cache import (
     FUNCTION_CACHE_SIZE,
@@ -31,16 +32,18 @@ from tile.runtime.cache import (
     source_hash,
     tensor_entry,
 )
-from tile.runtime.device import wait_events
-from tile.runtime.execute import compile_program, execute
+from tile.runtime.compiled import CompiledFunction, TensorSpec
+from tile.runtime.execute import compile_program, load_program, save_program
+from tile.runtime.launch import Invocation, launch
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from hal.interfaces import Event
     from tile.bind.program import BoundProgram
+    from tile.errors import Diagnostic
     from tile.runtime.cache import SignatureEntry
-    from tile.runtime.execute import CompiledProgram, RunRecord
+    from tile.runtime.device import DeviceRuntime
+    from tile.runtime.execute import CompiledProgram
 
 
 # ---- functions ------------------------------------------------------------------------------
@@ -58,6 +61,9 @@ class Function(FrontEndFunction):
             warn(warning)
         self.name = name or "tile_fn"  # shown in errors and profiles
         self.source_hash = source_hash(source, self.floatx.value)
+
+    def _front_end(self, source: str) -> tuple[FunctionDef, tuple[Diagnostic, ...]]:
+        return _checked(source)
 
     def bind(self, inputs: Mapping[str, object] | None = None, **named: object) -> BoundProgram:
         """Device-free binding (see `tile.bind.function.Function.bind`); a `Tensor` binds by its
@@ -79,6 +85,21 @@ class Function(FrontEndFunction):
         it. Too many positional inputs, or one given twice, is a TypeError.
         """
         return Invoker(self, self.named_inputs(args, inputs), device=device).invoke().outputs
+
+    def compile(
+        self, *args: InputValue | TensorSpec, device: DeviceLike = None, **inputs: object
+    ) -> CompiledFunction:
+        """Compile for one input signature on one device (None: the default, or that of the
+        tensor inputs) and return a `CompiledFunction`: callable with inputs of that
+        signature, and `save`-able as a bundle (`tile.load`). Inputs bind like a call's;
+        `tile.spec(shape, dtype)` stands for a tensor input without data."""
+        named = self.named_inputs(args, inputs)  # type: ignore[arg-type]
+        invoker = Invoker(self, named, device=device)  # type: ignore[arg-type]
+        program = invoker._program_for(invoker._run_device())
+        signature = tuple((name, invoker._signature[name]) for name in self.inputs)
+        device_ = invoker._program_device
+        assert device_ is not None
+        return CompiledFunction(self.name, self.source, device_, signature, program)
 
     def named_inputs(
         self, args: tuple[InputValue, ...], inputs: Mapping[str, InputValue]
@@ -106,6 +127,18 @@ class Function(FrontEndFunction):
 
     def __repr__(self) -> str:
         return f"Function({self.source!r}, name={self.name!r})"
+
+
+@functools.lru_cache(maxsize=256)
+def _checked(source: str) -> tuple[FunctionDef, tuple[Diagnostic, ...]]:
+    """The front end of `source`: from the disk cache when a process stored it, else parsed
+    and checked, then stored (only sources that pass are: errors are always reported)."""
+    stored = store.load_front_end(source)
+    if isinstance(stored, tuple) and len(stored) == 2 and isinstance(stored[0], FunctionDef):
+        return stored
+    checked = front_end(source)
+    store.save_front_end(source, checked)
+    return checked
 
 
 # ---- invokers and invocations ---------------------------------------------------------------
@@ -201,35 +234,11 @@ class Invoker:
         explicitly are new tensors, found in `Invocation.outputs`."""
         device = self._run_device()
         program = self._program_for(device)
-        plans = program.schedule.outputs
-        for plan in plans:
+        for plan in program.schedule.outputs:
             tensor = self._outputs.get(plan.name)
             if tensor is not None and tensor.shape != plan.shape.dims:
                 self._check_output(plan.name, tensor, plan.shape.dims)
-        tensors: dict[str, Tensor] = {}
-        for name, value in self._inputs.items():
-            if isinstance(value, Tensor):
-                tensors[name] = value
-            elif isinstance(value, np.ndarray) and value.ndim:
-                tensors[name] = Tensor.from_numpy(value, device, name=name)
-        outputs: dict[str, Tensor] = {}
-        states = {}
-        for plan in plans:
-            tensor = self._outputs.get(plan.name)
-            if tensor is None:
-                if plan.source is OutputSource.INPUT:
-                    outputs[plan.name] = tensors[plan.input]  # returned unchanged
-                    continue
-                tensor = Tensor(device, plan.shape.dims, plan.dtype, name=plan.name)
-            outputs[plan.name] = tensor
-            states[plan.name] = (tensor._state, tensor.dtype)
-        inputs = {name: tensor._state for name, tensor in tensors.items()}
-        timed = debug.enabled(debug.TIMES)  # per-kernel times need profiling events
-        profile = timed or flag("TILE_PROFILE")
-        record = execute(device.runtime, program, inputs, states, profile=profile)
-        if timed:
-            debug.watch_launches(device.id, program.kernel_list, record.launches)
-        return Invocation(device, outputs, record, self.function.name)
+        return launch(device, program, self._inputs, self._outputs, self.function.name)
 
     # ---- internals ------------------------------------------------------------------------
 
@@ -255,13 +264,21 @@ class Invoker:
                 debug.TIMES, "program cache %s: %s on %s", event, self.function.name, device.id
             )
         if program is None:
-            bound = self._bind()
             label = self.function.name
             with debug.progress(f"compiling {label} for {device.id}"):
                 program = runtime.programs.get_or_build(
-                    key, lambda: compile_program(runtime, key, bound, label)
+                    key, lambda: self._load_or_compile(runtime, key)
                 )
         self._program, self._program_device = program, device
+        return program
+
+    def _load_or_compile(self, runtime: DeviceRuntime, key: ProgramKey) -> CompiledProgram:
+        """The program of `key` from the disk cache, else bound, compiled and stored."""
+        label = self.function.name
+        program = load_program(runtime, key, label)
+        if program is None:
+            program = compile_program(runtime, key, self._bind(), label)
+            save_program(runtime, program)
         return program
 
     def _bind(self) -> BoundProgram:
@@ -308,6 +325,8 @@ class Invoker:
 def _signature_entry(value: object) -> SignatureEntry:
     if isinstance(value, Tensor):
         return value._entry
+    if isinstance(value, TensorSpec):
+        return value.entry
     if isinstance(value, np.ndarray) and value.ndim:
         return tensor_entry(value.dtype, value.shape)
     return constant_entry(value)
@@ -317,44 +336,9 @@ def _bind_value(value: object) -> object:
     # Binding reads only shapes, dtypes and constant values.
     if isinstance(value, Tensor):
         return TensorShape(DType.of(value.dtype), value.shape)
+    if isinstance(value, TensorSpec):
+        return value.tensor_shape
     return value
-
-
-class Invocation:
-    """One scheduled run: its outputs, its device, and the events that say when it is done."""
-
-    __slots__ = ("_label", "_record", "device", "outputs")
-
-    def __init__(
-        self, device: Device, outputs: dict[str, Tensor], record: RunRecord, label: str
-    ) -> None:
-        self.device = device  # the device that runs it (never a silent fallback)
-        self.outputs = outputs  # every output of this run, by name
-        self._record = record
-        self._label = label
-
-    @property
-    def events(self) -> list[Event]:
-        """The terminal events: the last write of every buffer the run wrote."""
-        return list(self._record.events)
-
-    def wait(self, timeout: float | None = None) -> None:
-        """Block until the run is complete; raise ExecutionError (chaining the HAL failure)
-        if anything it depends on failed, TimeoutError if `timeout` seconds pass first."""
-        wait_events(self._record.events, timeout, f"running {self._label}")
-
-    def done(self) -> bool:
-        return all(event.is_complete for event in self._record.events)
-
-    def profile(self) -> list[tuple[str, int | None]]:
-        """(kernel name, duration in ns or None) per launch, in order; waits for the run.
-        Durations are recorded when TILE_PROFILE=1."""
-        self.wait()
-        return [(name, event.duration_ns()) for name, event in self._record.launches]
-
-    def __repr__(self) -> str:
-        state = "done" if self.done() else "running"
-        return f"<Invocation of {self._label} on {self.device.id}, {state}>"
 
 
 _functions: LRUCache[str, Function] = LRUCache(FUNCTION_CACHE_SIZE)

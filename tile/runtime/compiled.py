@@ -1,0 +1,289 @@
+"""Compiled functions and saved bundles (issue 13 item 2).
+
+`Function.compile(*inputs, device=None, **inputs)` compiles a function for one input signature
+on one device and returns a `CompiledFunction`: callable like the Function with inputs of that
+signature (tensors, numpy arrays, or the same constants), and `save(path)`-able. Inputs may be
+given as arrays, Tensors, constants or `spec(shape, dtype)`.
+
+A bundle is one zip file, self-describing:
+
+- `bundle.json`: the format, tile's version, the function's name and Tile text (for the
+  reader; never parsed again), its inputs in order with their signature entries, its
+  outputs' shapes and dtypes, the device it was compiled for (id, description, settings,
+  `code_identity`: driver, CPU model and features) and the sha256 of the two other members;
+- `plan.pickle`: the kernel list and the schedule (read by `tile.runtime.store.loads`, which
+  builds IR classes only);
+- `code.bin`: the device code (`hal.Compiler.export`: an object file for llvm_cpu, OpenCL C
+  for OpenCL).
+
+`load(path, device=None)` needs neither the parser (Lark is not imported) nor LLVM's
+optimiser: it checks the members' checksums, restores the device code (`Compiler.restore`,
+which refuses a CPU without the features the code uses, with the reason) and prepares the
+kernels. `device=None` means the device id the bundle was compiled for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from hal.errors import HalError, UnsupportedOnDevice
+from semtree.types import DType, TensorShape
+from tile._version import __version__
+from tile.errors import DeviceMismatch, TileBindError, TileBundleError, TileUnsupported, diagnostic
+from tile.runtime import store
+from tile.runtime.api import Tensor, resolve
+from tile.runtime.cache import (
+    ProgramKey,
+    constant_entry,
+    input_signature,
+    source_hash,
+    tensor_entry,
+)
+from tile.runtime.execute import CompiledProgram
+from tile.runtime.launch import Invocation, launch
+
+if TYPE_CHECKING:
+    import os
+    from collections.abc import Mapping
+
+    from tile.runtime.api import Device, DeviceLike, DTypeLike, InputValue
+    from tile.runtime.cache import SignatureEntry
+
+BUNDLE_FORMAT = 1
+_MEMBERS = ("bundle.json", "plan.pickle", "code.bin")
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """The shape and dtype of a tensor input, for `Function.compile` (no data)."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    @property
+    def entry(self) -> SignatureEntry:
+        return tensor_entry(self.dtype, self.shape)
+
+    @property
+    def tensor_shape(self) -> TensorShape:
+        return TensorShape(DType.of(self.dtype), self.shape)
+
+
+def spec(shape: tuple[int, ...] | list[int] | int, dtype: DTypeLike = "float32") -> TensorSpec:
+    """A tensor input of this shape and dtype for `Function.compile`."""
+    dims = (shape,) if isinstance(shape, int) else tuple(shape)
+    for dim in dims:
+        if isinstance(dim, bool) or not isinstance(dim, int | np.integer) or dim < 0:
+            raise ValueError(f"a spec's dimensions are sizes (ints >= 0), not {dim!r}")
+    if not dims:
+        raise ValueError("a 0-d input is a constant: give its value, or a 0-d Tensor")
+    return TensorSpec(tuple(int(d) for d in dims), np.dtype(DType.of(dtype).numpy))
+
+
+class CompiledFunction:
+    """A function compiled for one input signature on one device (module docstring)."""
+
+    def __init__(
+        self,
+        name: str,
+        source: str,
+        device: Device,
+        inputs: tuple[tuple[str, SignatureEntry], ...],
+        program: CompiledProgram,
+    ) -> None:
+        self.name = name
+        self.source = source  # the Tile text it was compiled from (information only)
+        self.device = device
+        self.signature = dict(inputs)  # input name -> its entry, in declaration order
+        self.program = program
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return tuple(self.signature)
+
+    @property
+    def outputs(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """Every output's shape and dtype."""
+        return dict(self.program.output_shapes)
+
+    def __call__(self, *args: InputValue, **inputs: InputValue) -> dict[str, Tensor]:
+        """Run asynchronously on the compiled device; inputs positionally or by name, each of
+        the compiled shape and dtype (a constant with the compiled value, or left out)."""
+        return self.invoke(*args, **inputs).outputs
+
+    def invoke(self, *args: InputValue, **inputs: InputValue) -> Invocation:
+        named = self._named(args, inputs)
+        for name, value in named.items():
+            if isinstance(value, Tensor) and value.device is not self.device:
+                raise DeviceMismatch(
+                    f"{self.name} was compiled for {self.device.id}; input '{name}' is on "
+                    f"{value.device.id}"
+                )
+            wanted, got = self.signature[name], _entry(value)
+            if got != wanted:
+                raise self._error(f"input '{name}' is {_show(got)}; compiled for {_show(wanted)}")
+        return launch(self.device, self.program, named, {}, self.name)
+
+    def _named(self, args: tuple, inputs: Mapping[str, InputValue]) -> dict[str, InputValue]:
+        names = self.inputs
+        if len(args) > len(names):
+            raise TypeError(f"{self.name}() takes {len(names)} inputs, {len(args)} were given")
+        named = dict(zip(names, args, strict=False))
+        for name, value in inputs.items():
+            if name not in self.signature:
+                raise self._error(f"there is no input named '{name}'")
+            if name in named:
+                raise TypeError(f"{self.name}() got two values for input '{name}'")
+            named[name] = value
+        # A constant's value is compiled in: one left out is that value.
+        missing = [n for n in names if n not in named and self.signature[n][0] == "tensor"]
+        if missing:
+            raise self._error(f"missing input{'s' if len(missing) > 1 else ''} {missing}")
+        return named
+
+    def _error(self, message: str) -> TileBindError:
+        return TileBindError(diagnostic("E-BIND", f"{self.name}: {message}", None, self.source))
+
+    # ---- bundles ----------------------------------------------------------------------------
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the bundle (module docstring) to `path`, atomically; return the path."""
+        program, hal_device = self.program, self.device.runtime.device
+        try:
+            code = hal_device.compiler.export(program.library)
+        except HalError as error:
+            raise TileUnsupported(f"{self.device.id} cannot save compiled code: {error}") from None
+        plan = store.dumps((program.kernel_list, program.schedule))
+        header = {
+            "format": BUNDLE_FORMAT,
+            "tile": __version__,
+            "name": self.name,
+            "source": self.source,
+            "inputs": [[name, list(_jsonable(entry))] for name, entry in self.signature.items()],
+            "outputs": {
+                name: [list(dims), dtype.str] for name, (dims, dtype) in self.outputs.items()
+            },
+            "device": {
+                "id": self.device.id,
+                "description": self.device.description,
+                "settings": self.device.runtime.fingerprint,
+                "code_identity": hal_device.code_identity,
+            },
+            "sha256": {"plan.pickle": _digest(plan), "code.bin": _digest(code)},
+        }
+        target = Path(path)
+        temporary = target.with_name(f".{target.name}.tmp")
+        with zipfile.ZipFile(temporary, "w", zipfile.ZIP_DEFLATED) as bundle:
+            bundle.writestr("bundle.json", json.dumps(header, indent=1, sort_keys=True))
+            bundle.writestr("plan.pickle", plan)
+            bundle.writestr("code.bin", code)
+        temporary.replace(target)
+        return target
+
+    def __repr__(self) -> str:
+        inputs = ", ".join(f"{name}: {_show(entry)}" for name, entry in self.signature.items())
+        return f"<CompiledFunction {self.name}({inputs}) on {self.device.id}>"
+
+
+def load(path: str | os.PathLike[str], device: DeviceLike = None) -> CompiledFunction:
+    """A bundle `CompiledFunction.save` wrote, ready to run on `device` (None: the device it
+    was compiled for). Raises TileBundleError for a file that is not a sound bundle,
+    TileUnsupported when its code cannot run on the device (another backend, a CPU without
+    the features it uses)."""
+    header, plan, code = _read(Path(path))
+    recorded = header["device"]
+    target = resolve(recorded["id"] if device is None else device)
+    hal_device = target.runtime.device
+    backend = str(recorded.get("code_identity") or "").partition(" ")[0]
+    here = str(hal_device.code_identity or "").partition(" ")[0]
+    if backend != here:
+        raise TileUnsupported(
+            f"{path} holds {backend or 'unknown'} code, compiled for {recorded['id']} "
+            f"({recorded['description']}); {target.id} ({target.description}) runs {here} code"
+        )
+    try:
+        kernel_list, schedule = store.loads(plan)
+    except ValueError as error:
+        raise TileBundleError(f"{path}: {error}") from None
+    try:
+        library = hal_device.compiler.restore(kernel_list, code, hal_device)
+        kernels = [
+            hal_device.executor.prepare(library, index) for index in range(len(kernel_list.kernels))
+        ]
+    except UnsupportedOnDevice as error:
+        raise TileUnsupported(
+            f"{path} was compiled for {recorded['id']} ({recorded['description']}) and cannot "
+            f"run on {target.id} ({target.description}): {error}"
+        ) from None
+    except HalError as error:
+        raise TileUnsupported(
+            f"{path} was compiled for {recorded['id']} ({recorded['description']}), whose code "
+            f"{target.id} ({target.description}) cannot load: {error}"
+        ) from None
+    inputs = tuple((name, _entry_from_json(entry)) for name, entry in header["inputs"])
+    key = ProgramKey(
+        source_hash(header["source"]),
+        input_signature(inputs),
+        target.id,
+        target.runtime.fingerprint,
+    )
+    program = CompiledProgram(key, kernel_list, library, kernels, schedule, 0.0)
+    return CompiledFunction(header["name"], header["source"], target, inputs, program)
+
+
+def _read(path: Path) -> tuple[dict, bytes, bytes]:
+    try:
+        with zipfile.ZipFile(path) as bundle:
+            header = json.loads(bundle.read("bundle.json"))
+            plan, code = bundle.read("plan.pickle"), bundle.read("code.bin")
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
+        raise TileBundleError(f"{path} is not a tile bundle: {error}") from None
+    if not isinstance(header, dict) or header.get("format") != BUNDLE_FORMAT:
+        found = header.get("format") if isinstance(header, dict) else None
+        raise TileBundleError(f"{path}: bundle format {found!r}, this tile reads {BUNDLE_FORMAT}")
+    sums = header.get("sha256", {})
+    for name, data in (("plan.pickle", plan), ("code.bin", code)):
+        if sums.get(name) != _digest(data):
+            raise TileBundleError(f"{path}: {name} does not match its checksum (damaged)")
+    return header, plan, code
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _entry(value: object) -> SignatureEntry:
+    if isinstance(value, Tensor):
+        return value._entry
+    if isinstance(value, TensorSpec):
+        return value.entry
+    if isinstance(value, np.ndarray) and value.ndim:
+        return tensor_entry(value.dtype, value.shape)
+    return constant_entry(value)
+
+
+def _jsonable(entry: SignatureEntry) -> tuple:
+    kind, type_, value = entry
+    return (kind, type_, list(value) if isinstance(value, tuple) else value)
+
+
+def _entry_from_json(entry: list) -> SignatureEntry:
+    kind, type_, value = entry
+    return (kind, type_, tuple(value) if isinstance(value, list) else value)
+
+
+def _show(entry: SignatureEntry) -> str:
+    kind, type_, value = entry
+    if kind == "tensor":
+        assert isinstance(value, tuple)
+        return f"a {np.dtype(type_).name} tensor of shape {list(value)}"
+    if type_ in {"float", "float16", "float32", "float64"} and isinstance(value, str):
+        value = float.fromhex(value)  # keyed by its exact bits (tile.runtime.cache)
+    return f"the {type_} constant {value}"
