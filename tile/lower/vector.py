@@ -42,6 +42,7 @@ from semtree.types import DType, Type, TypeBase
 from tile.lang.syntax import AggOp, CombOp
 from tile.lower.contract import GeneratedBody
 from tile.lower.kernel import INDEX_LIMIT, KernelWriter, product
+from tile.lower.vector_epilogue import Epilogue
 
 if TYPE_CHECKING:
     from semtree.kernel import HardwareSettings
@@ -141,11 +142,11 @@ def generate_vector_contraction(
     settings: HardwareSettings,
     name: str,
 ) -> VectorBody | None:
-    """The register-tiled kernel of a plain `+(A * B)` contraction plan, or None."""
-    if flat is None or plan.contraction is None or len(plan.ops) != 1:
+    """The register-tiled kernel of a `+(A * B)` contraction plan, with the elementwise
+    epilogue fused into it where `Epilogue.check` allows; or None."""
+    if flat is None or plan.contraction is None:
         return None
-    (store,) = plan.stores if len(plan.stores) == 1 else (None,)
-    if store != plan.contraction.output or tuple(plan.shape) != tuple(flat.ranges[: flat.outputs]):
+    if tuple(plan.shape) != tuple(flat.ranges[: flat.outputs]):
         return None
     shape = _match(flat, settings.vec_size)
     if shape is None:
@@ -157,8 +158,16 @@ def generate_vector_contraction(
         return None
     if product(plan.shape) >= INDEX_LIMIT:
         return None
+    epilogue = None
+    if len(plan.ops) > 1:
+        operands = {context.buffer_of[access.tensor] for access in flat.operands}
+        epilogue = Epilogue.check(plan, context, shape.j, shape.width, operands)
+        if epilogue is None:
+            return None
+    elif tuple(plan.stores) != (plan.contraction.output,):
+        return None
     rows, vectors = _tile(flat, shape, settings)
-    return _build(plan, flat, context, settings, shape, rows, vectors, name)
+    return _build(plan, flat, context, settings, shape, rows, vectors, name, epilogue)
 
 
 def _build(
@@ -170,11 +179,12 @@ def _build(
     rows: int,
     vectors: int,
     name: str,
+    epilogue: Epilogue | None = None,
 ) -> VectorBody | None:
     width = shape.width
     writer = KernelWriter(context, plan.stores)
     out_buffer = context.buffer_of[flat.output.tensor]
-    c_param = writer.outputs[out_buffer]
+    c_param = writer.outputs.get(out_buffer)  # None: only the epilogue's values are stored
     params = {flat.operands[0].tensor: "", flat.operands[1].tensor: ""}
     for tensor in params:
         params[tensor] = writer.input_param(context.buffer_of[tensor])
@@ -300,9 +310,22 @@ def _build(
         return [sb.for_(counters[k], flat.ranges[k], body=nest(depth + 1, rows_in))]
 
     loop = nest(0, None)
-    store = sb.assign(sb.var(c_param)[c_index], sb.var(acc)[sb.var(r) * vectors + sb.var(v)])
+    result = sb.var(acc)[sb.var(r) * vectors + sb.var(v)]
+    store: list = [] if c_param is None else [sb.assign(sb.var(c_param)[c_index], result)]
+    if epilogue is not None:
+        at = [
+            row.node if k == shape.i else column.node if k == shape.j else coordinate[k].node
+            for k in range(flat.outputs)
+        ]
+        values, computed = epilogue.statements(result.node, at, context, writer, settings)
+        store += values
+        store += [
+            epilogue.store(tensor, computed[tensor], at, writer)
+            for tensor in plan.stores
+            if tensor != flat.output.tensor
+        ]
     if ragged_columns:
-        store = sb.if_(column.lt(columns), store)
+        store = [sb.if_(column.lt(columns), store)]
     stores = sb.for_(v, vectors, body=store)
     if size_i % rows:
         stores = sb.if_(row.lt(size_i), stores)
@@ -314,11 +337,23 @@ def _build(
     ]
 
     widths = {out_buffer: width, context.buffer_of[shape.b.tensor]: width}
-    function_params = [Param(c_param, Type.ptr(F32, width))]
-    for tensor, param in params.items():
-        buffer = context.buffer_of[tensor]
-        function_params.append(Param(param, Type.ptr(F32, widths.get(buffer, 1), const=True)))
+    if epilogue is not None:
+        widths |= epilogue.widths(context)
+    function_params = [
+        Param(param, Type.ptr(context.shapes[buffer].dtype, widths.get(buffer, 1)))
+        for buffer, param in writer.outputs.items()
+    ]
+    function_params += [
+        Param(param, Type.ptr(context.shapes[buffer].dtype, widths.get(buffer, 1), const=True))
+        for buffer, param in writer.inputs.items()
+    ]
+    widths = {
+        buffer: w
+        for buffer, w in widths.items()
+        if buffer in writer.outputs or buffer in writer.inputs
+    }
     points = product(flat.ranges[k] for k in reductions)
+    epilogue_ops = len(plan.ops) - 1
     tile = tuple(
         rows if k == shape.i else vectors * width if k == shape.j else 1
         for k in range(flat.outputs)
@@ -329,7 +364,7 @@ def _build(
         outputs,
         inputs,
         (total, 1, 1),
-        2 * product(plan.shape) * points,
+        (2 * points + epilogue_ops) * product(plan.shape),
         writer.bytes(),
         widths,
         tile,
