@@ -15,7 +15,9 @@ checked blobs. `build(program, context, device, source, options)` builds through
   process alone, `pocl-runs/<pid>-...`, locked (`flock`) while the process lives; run
   directories whose process has gone are deleted by the next process that starts. A build
   first copies the program's files, each checked against its checksum, from the store into
-  that directory, where PoCL finds them, then notes which directory PoCL used. At exit
+  that directory, where PoCL finds them, then builds the program from its stored binary
+  (a few milliseconds; PoCL spends tens on a source build even when its cache has it), or
+  from source, storing the binary, and notes which directory PoCL used. At exit
   (`PoclRun.save`, registered before any queue, so it runs after they have finished) the
   files PoCL wrote for the noted programs, kernels compiled at launch included, go to the
   store.
@@ -94,17 +96,31 @@ class PoclRun:
         self._noted: dict[str, tuple[str, dict[str, str]]] = {}  # key -> (entry, files)
 
     def build(
-        self, program: cl.Program, cl_device: cl.Device, key: str, options: Sequence[str]
-    ) -> None:
+        self,
+        program: cl.Program,
+        context: cl.Context,
+        cl_device: cl.Device,
+        key: str,
+        options: Sequence[str],
+    ) -> cl.Program:
+        """The program built from its stored binary (milliseconds, where PoCL spends tens on a
+        source build even when its cache has it; the kernels compiled at launch are found in
+        the restored files all the same), else `program` built from source, its binary
+        stored."""
         with self._lock:
             restored = self._restore(key)
             before = self._entries()
-            program.build(options=list(options), devices=[cl_device])
+            built = _from_binary(self.store, _binary_key(key), context, cl_device, options)
+            if built is None:
+                program.build(options=list(options), devices=[cl_device])
+                _save_binary(self.store, _binary_key(key), program)
+                built = program
             new = self._entries() - before
             if len(new) == 1:
                 self._noted[key] = (new.pop(), {})
             elif restored is not None:
                 self._noted[key] = restored
+            return built
 
     def _entries(self) -> set[str]:
         """PoCL's program directories in this process's directory, as "XX/HASH"."""
@@ -310,7 +326,6 @@ def build(
     store (module docstring); returns the built program: `program`, or one made from a
     stored binary. A failed build from source raises the driver's error, as
     `program.build` does, and `program` keeps its log."""
-    import pyopencl as cl
 
     store = _store
     if store is None:
@@ -321,17 +336,28 @@ def build(
         with mapped_large_allocations():  # PoCL's buffers fragmented the heap (hal_opencl.malloc)
             if _pocl is None:
                 return program.build(options=list(options), devices=[cl_device])
-            _pocl.build(program, cl_device, key, options)
-        return program
+            return _pocl.build(program, context, cl_device, key, options)
     cached = _from_binary(store, key, context, cl_device, options)
     if cached is not None:
         return cached
     program.build(options=list(options), devices=[cl_device])
+    _save_binary(store, key, program)
+    return program
+
+
+def _binary_key(key: str) -> str:
+    """The key of a PoCL program's binary, beside the manifest of its files (`key`)."""
+    return hashlib.sha256(f"{key} binary".encode()).hexdigest()
+
+
+def _save_binary(store: Store, key: str, program: cl.Program) -> None:
+    """Store the binary of a program just built from source (never raises for it)."""
+    import pyopencl as cl
+
     with contextlib.suppress(cl.Error):
         binaries = program.get_info(cl.program_info.BINARIES)
         if len(binaries) == 1 and binaries[0]:
             store.write_manifest(key, {"binary": store.put(bytes(binaries[0]))})
-    return program
 
 
 def _from_binary(
