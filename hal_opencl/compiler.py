@@ -106,7 +106,6 @@ class OpenCLLibrary(Library):
         self.program_source = program_source
         self.built = built
         self.options = options
-        self._rebuild: Callable[[], BuiltProgram] | None = None  # set by `release`
 
     def source(self, index: int) -> str:
         info = self.kernel_list.kernels[index]
@@ -116,22 +115,12 @@ class OpenCLLibrary(Library):
         return text
 
     def entry(self, index: int) -> tuple[cl.Kernel, threading.Lock]:
-        """The kernel object of kernel `index` and the lock that guards its arguments (the
-        program is built again first if it was released)."""
+        """The kernel object of kernel `index` and the lock that guards its arguments."""
         name = self.program_source.entry_points[index]
-        built = self.built
-        if built is None and name is not None and self._rebuild is not None:
-            built = self.built = self._rebuild()
-        if name is None or built is None:
+        if name is None or self.built is None:
             info = self.kernel_list.kernels[index]
             raise HalError(f"kernel {info.name!r} has no body and therefore no entry point")
-        return built.kernels[name], built.locks[name]
-
-    def release(self, rebuild: Callable[[], BuiltProgram]) -> None:
-        """Drop the built program, which belongs to a context being replaced
-        (`hal_opencl.recycle`); `entry` builds it again with `rebuild` on next use."""
-        if self.built is not None:
-            self.built, self._rebuild = None, rebuild
+        return self.built.kernels[name], self.built.locks[name]
 
     @property
     def build_log(self) -> str:
@@ -266,29 +255,6 @@ class OpenCLCompiler(Compiler):
     def clear(self) -> None:
         with self._lock:
             self._cache.clear()
-
-    def rebuild(self, library: OpenCLLibrary, device: OpenCLDevice) -> BuiltProgram:
-        """`library`'s program in the device's current context, after that context replaced
-        the one it was built in (`hal_opencl.recycle`): shared like a first build, and
-        answered by the driver's cache (no new compile), so not counted in `builds`."""
-        source, options = library.program_source, library.options
-        names = tuple(dict.fromkeys(n for n in source.entry_points if n is not None))
-        key = (device.id, hashlib.sha256(source.text.encode()).hexdigest(), options)
-        with self._lock:
-            built = self._cache.get(key)
-            context = device.queue.context
-            if built is None or built.program.context != context:
-                built = build_program(
-                    context,
-                    device.cl_device,
-                    source.text,
-                    options,
-                    names,
-                    name=_program_name(library.kernel_list),
-                    device=f"{device.id} ({device.description})",
-                )
-                self._cache[key] = built
-        return built
 
 
 def _dump(source: str, digest: str) -> None:

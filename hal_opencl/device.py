@@ -10,8 +10,7 @@ driver moves no id; debugging platforms (Oclgrind) are listed only once a select
 the kernel generator targets: CPU devices (PoCL) get the OpenCL CPU preset (one work-item
 per work-group, operands read from global memory, vector strips), GPUs the GPU preset
 (work-group tiling through local memory). A device's context and in-order queue
-(`queue.DeviceQueue`) are created on first use; on PoCL the context is replaced now and then,
-so that memory plateaus (`recycle.ContextRecycler`, `TILE_OPENCL_RECYCLE`).
+(`queue.DeviceQueue`) are created on first use.
 
 `TILE_FORCE_GPU_SETTINGS=1` in the environment gives every OpenCL device the GPU preset (built
 from its own queries), so PoCL runs the GPU-style kernels (work-groups of many work-items,
@@ -48,7 +47,6 @@ from hal_opencl.build import build_log
 from hal_opencl.executor import OpenCLExecutor
 from hal_opencl.platforms import HIDDEN, matches, order_platforms, platform_key
 from hal_opencl.queue import DeviceQueue
-from hal_opencl.recycle import ContextRecycler
 
 FORCE_GPU_SETTINGS = "TILE_FORCE_GPU_SETTINGS"
 
@@ -178,7 +176,6 @@ class OpenCLDevice(Device):
         self._profiling = profiling  # None: TILE_PROFILE decides when the queue is made
         self._queue: DeviceQueue | None = None
         self._lock = threading.Lock()
-        self.recycler = ContextRecycler(self)  # what lives in the context, and its replacement
 
     @property
     def settings(self) -> HardwareSettings:  # type: ignore[override]
@@ -228,11 +225,8 @@ class OpenCLDevice(Device):
             queue, self._queue = self._queue, None
         if queue is not None:
             queue.close()
-        builds = 0
         if self._compiler is not None:
             self._compiler.clear()
-            builds = self._compiler.builds
-        self.recycler = ContextRecycler(self, builds)  # the next queue's context starts empty
 
 
 PROBE_SOURCE = "__kernel void tile_probe(__global int *out) { out[0] = 1; }"

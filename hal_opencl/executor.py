@@ -9,12 +9,6 @@ Per launch: the buffers are checked (kind and size), then, under the kernel obje
 (`set_args` and the enqueue must not interleave with another thread's), `kernel.set_args(...)`
 and `cl.enqueue_nd_range_kernel(queue, kernel, global_size, local_size or None)`. A grid
 with an empty dimension enqueues a marker, so its event still follows its dependencies.
-
-Every enqueue reads the command queue, the buffers' `cl_buffer`s and the kernel object when it
-runs (under the queue's `driver` lock), not when it is submitted: the device's context may be
-replaced in between (`hal_opencl.recycle`), and a library then builds its program again on
-its next launch. Allocations are tracked by the device's `ContextRecycler`, and
-`prepare`, which follows every build, is where a replacement that is due happens.
 """
 
 from __future__ import annotations
@@ -78,36 +72,26 @@ class OpenCLExecutor(Executor):
 
     def allocate(self, size: int) -> OpenCLBuffer:
         invalidate = self.device.capabilities.map_invalidate
-        queue = self.queue
-        with queue.driver:  # made and tracked in the same context (module docstring)
-            buffer = OpenCLBuffer(
-                self.device, queue, self._allocate(size), size, invalidate=invalidate
-            )
-            self.device.recycler.track_memory(buffer)
-        return buffer
+        return OpenCLBuffer(
+            self.device, self.queue, self._allocate(size), size, invalidate=invalidate
+        )
 
     def make_arena(self, size: int) -> OpenCLArena:
         invalidate = self.device.capabilities.map_invalidate
-        queue = self.queue
-        with queue.driver:
-            arena = OpenCLArena(
-                self.device,
-                queue,
-                self._allocate(size),
-                size,
-                self.buffer_alignment,
-                invalidate=invalidate,
-            )
-            self.device.recycler.track_memory(arena)
-        return arena
+        return OpenCLArena(
+            self.device,
+            self.queue,
+            self._allocate(size),
+            size,
+            self.buffer_alignment,
+            invalidate=invalidate,
+        )
 
     def prepare(self, library: Library, index: int) -> OpenCLKernel:
         # Checked by shape: importing the compiler here would import the kernel IR on listing.
         if not hasattr(library, "entry") or not hasattr(library, "program_source"):
             raise TypeError(f"{self.device.id} cannot run {library!r}")
-        kernel = OpenCLKernel(self, library, index)  # type: ignore[arg-type]
-        self.device.recycler.prepared(library)  # type: ignore[arg-type]
-        return kernel
+        return OpenCLKernel(self, library, index)  # type: ignore[arg-type]
 
     def copy(
         self,
@@ -126,44 +110,38 @@ class OpenCLExecutor(Executor):
                     f"copy {role} range [{offset}, {offset + size}) leaves a buffer of "
                     f"{buffer.size} bytes"
                 )
-        owner = self.queue
+        queue = self.queue.queue
         label = f"copy of {size} bytes"
         if size == 0:
-            return owner.submit(label, lambda: cl.enqueue_marker(owner.queue), deps)
+            return self.queue.submit(label, lambda: cl.enqueue_marker(queue), deps)
+        source_handle, target_handle = source.cl_buffer, target.cl_buffer
         start, end = source.offset + src_offset, target.offset + dst_offset
         if source.allocation is target.allocation and abs(start - end) < size:
             # OpenCL refuses overlapping copies (CL_MEM_COPY_OVERLAP): go through a temporary.
-            temporary = self.allocate(size)
+            with allocating(self.device.id, size):
+                temporary = cl.Buffer(self.queue.context, cl.mem_flags.READ_WRITE, size)
 
             def staged() -> cl.Event:
                 cl.enqueue_copy(
-                    owner.queue,
-                    temporary.cl_buffer,
-                    source.cl_buffer,
-                    byte_count=size,
-                    src_offset=src_offset,
+                    queue, temporary, source_handle, byte_count=size, src_offset=src_offset
                 )
                 return cl.enqueue_copy(
-                    owner.queue,
-                    target.cl_buffer,
-                    temporary.cl_buffer,
-                    byte_count=size,
-                    dst_offset=dst_offset,
+                    queue, target_handle, temporary, byte_count=size, dst_offset=dst_offset
                 )
 
-            return owner.submit(label, staged, deps)
+            return self.queue.submit(label, staged, deps)
 
         def direct() -> cl.Event:
             return cl.enqueue_copy(
-                owner.queue,
-                target.cl_buffer,
-                source.cl_buffer,
+                queue,
+                target_handle,
+                source_handle,
                 byte_count=size,
                 src_offset=src_offset,
                 dst_offset=dst_offset,
             )
 
-        return owner.submit(label, direct, deps)
+        return self.queue.submit(label, direct, deps)
 
     def fill_zero(self, dst: Buffer, deps: Sequence[Event] = ()) -> OpenCLEvent:
         target = self._buffer(dst, "the fill destination")
@@ -173,14 +151,12 @@ class OpenCLExecutor(Executor):
         self, target: OpenCLBuffer, size: int, deps: Sequence[Event], label: str
     ) -> OpenCLEvent:
         """Zero the first `size` bytes of `target` (4-byte pattern when the size allows)."""
-        owner = self.queue
+        queue, handle = self.queue.queue, target.cl_buffer
         if size == 0:
-            return owner.submit(label, lambda: cl.enqueue_marker(owner.queue), deps)
+            return self.queue.submit(label, lambda: cl.enqueue_marker(queue), deps)
         pattern = np.uint32(0) if size % 4 == 0 else np.uint8(0)
-        return owner.submit(
-            label,
-            lambda: cl.enqueue_fill_buffer(owner.queue, target.cl_buffer, pattern, 0, size),
-            deps,
+        return self.queue.submit(
+            label, lambda: cl.enqueue_fill_buffer(queue, handle, pattern, 0, size), deps
         )
 
     def flush(self) -> None:
@@ -201,9 +177,7 @@ class OpenCLKernel(Kernel):
         self._trivial = info.kind.value if info.body is None else None
         if self._trivial not in (None, "zero", "copy"):
             raise HalError(f"kernel {info.name!r} of kind {self._trivial!r} has no body")
-        if self._trivial is None and library.program_source.entry_points[index] is None:
-            raise HalError(f"kernel {info.name!r} has no entry point")
-        self._index = index
+        self._entry = library.entry(index) if self._trivial is None else None
         self._global = tuple(info.global_size)
         self._local = tuple(info.local_size) if any(info.local_size) else None
         self._empty = 0 in self._global
@@ -235,21 +209,22 @@ class OpenCLKernel(Kernel):
         if self._trivial == "copy":
             size = min(self._sizes[0], self._sizes[1])
             return executor.copy(buffers[1], 0, buffers[0], 0, size, deps)
-        owner = executor.queue
+        queue = executor.queue.queue
         enqueue: Callable[[], cl.Event]
         if self._empty:
-            enqueue = lambda: cl.enqueue_marker(owner.queue)  # noqa: E731 (nothing to launch)
+            enqueue = lambda: cl.enqueue_marker(queue)  # noqa: E731 (nothing to launch)
         else:
-            library, index = self.library, self._index
+            assert self._entry is not None
+            kernel, lock = self._entry
+            handles = [buffer.cl_buffer for buffer in buffers]
             global_size, local_size = self._global, self._local
 
             def enqueue() -> cl.Event:
-                kernel, lock = library.entry(index)  # built again if the context was replaced
                 with lock:
-                    kernel.set_args(*[buffer.cl_buffer for buffer in buffers])
-                    return cl.enqueue_nd_range_kernel(owner.queue, kernel, global_size, local_size)
+                    kernel.set_args(*handles)
+                    return cl.enqueue_nd_range_kernel(queue, kernel, global_size, local_size)
 
-        return owner.submit(self._label, enqueue, deps)
+        return executor.queue.submit(self._label, enqueue, deps)
 
     def __repr__(self) -> str:
         return f"<OpenCLKernel {self.info.name} over {self._global}>"

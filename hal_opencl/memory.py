@@ -22,14 +22,6 @@ CL_OUT_OF_HOST_MEMORY, CL_INVALID_BUFFER_SIZE) at `clCreateBuffer` or at a map a
 Drivers may allocate lazily (PoCL grants any number of buffers up to the limit each and
 allocates host memory on first use), so a device short of memory can also fail later, at a
 launch, as an `ExecutionError`.
-
-The device's context can be replaced while buffers live (`hal_opencl.recycle`, PoCL): then each
-allocation is copied into the new context and every `OpenCLBuffer` and `OpenCLArena` of it is
-pointed at the copy (`cl_buffer`, `allocation` change; nothing else does). So their driver
-objects are read at the moment they are used, under the queue's `driver` lock, and never kept
-elsewhere. A host map counts as one of the queue's `mappings` from the moment it is requested
-until its unmap is enqueued: no replacement happens in between, so a view always shows the
-buffer's current memory.
 """
 
 from __future__ import annotations
@@ -103,22 +95,14 @@ class OpenCLBuffer(Buffer):
 
     def _map(self, deps: Sequence[Event], flags: int) -> np.ndarray:
         wait_all(deps)
-        owner = self.queue
-        with owner.driver:  # from here until the unmap, the context stays (module docstring)
-            owner.mappings += 1
-            queue, handle = owner.queue, self.cl_buffer
-        try:
-            if self.size == 0:
-                array = np.empty(0, np.uint8)
-            else:
-                with allocating(self.device.id, self.size):
-                    array, _ = cl.enqueue_map_buffer(
-                        queue, handle, flags, 0, (self.size,), np.uint8, is_blocking=True
-                    )
-        except BaseException:
-            with owner.driver:
-                owner.mappings -= 1
-            raise
+        if self.size == 0:
+            array = np.empty(0, np.uint8)
+        else:
+            queue, handle = self.queue.queue, self.cl_buffer
+            with allocating(self.device.id, self.size):
+                array, _ = cl.enqueue_map_buffer(
+                    queue, handle, flags, 0, (self.size,), np.uint8, is_blocking=True
+                )
         with self._lock:
             self._maps.append(array)
         return array
@@ -138,15 +122,10 @@ class OpenCLBuffer(Buffer):
             if not self._maps:
                 raise HalError(f"{self!r} is not mapped")
             array = self._maps.pop()
-        owner = self.queue
-        with owner.driver:
-            try:
-                if array.size == 0:
-                    return CompletedEvent()
-                cl_event = array.base.release(owner.queue)
-                return OpenCLEvent.enqueued(owner, f"unmap of {self.size} bytes", cl_event)
-            finally:
-                owner.mappings -= 1
+        if array.size == 0:
+            return CompletedEvent()
+        cl_event = array.base.release(self.queue.queue)
+        return OpenCLEvent.enqueued(self.queue, f"unmap of {self.size} bytes", cl_event)
 
     @property
     def is_mapped(self) -> bool:
@@ -184,20 +163,16 @@ class OpenCLArena(Arena):
             raise ValueError(
                 f"bytes [{offset}, {offset + size}) do not fit an arena of {self.size} bytes"
             )
-        with self.queue.driver:  # made and tracked in the same context
-            whole = self.cl_buffer
-            part = whole if size == 0 else whole.get_sub_region(offset, size)
-            buffer = OpenCLBuffer(
-                self.device,
-                self.queue,
-                part,
-                size,
-                allocation=whole,
-                offset=offset,
-                invalidate=self._invalidate,
-            )
-            self.device.recycler.track_memory(buffer)  # type: ignore[attr-defined]
-        return buffer
+        part = self.cl_buffer if size == 0 else self.cl_buffer.get_sub_region(offset, size)
+        return OpenCLBuffer(
+            self.device,
+            self.queue,
+            part,
+            size,
+            allocation=self.cl_buffer,
+            offset=offset,
+            invalidate=self._invalidate,
+        )
 
     def __repr__(self) -> str:
         return f"<OpenCLArena {self.size} bytes on {self.device.id}>"

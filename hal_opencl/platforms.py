@@ -35,9 +35,6 @@ _RULES: tuple[tuple[tuple[str, ...], str], ...] = (
 )
 RANK = {"pocl": 0, "intel": 1}  # every other key ranks after these, by name
 HIDDEN = frozenset({"oclgrind", "intel-fpga"})  # debugging and emulation platforms
-# Programs built in one context before `hal_opencl.recycle` replaces it, for platforms whose
-# compiler keeps memory per context that releasing a program leaves (PoCL: its LLVM context).
-RECYCLE_AFTER = {"pocl": 100}
 
 
 def platform_key(name: str) -> str:

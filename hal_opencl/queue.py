@@ -30,14 +30,6 @@ finalization; `close()` lets queued work finish, finishes the device queue and j
 threads. Work that arrives at a closed queue from elsewhere (a deferred command whose
 dependency completes later, a completion action) runs on the thread that brings it, so
 closing in any order leaves no command unqueued and no action undone.
-
-Replacement (issue 10, `hal_opencl.recycle`): the queue's context and command queue can be
-replaced by new ones (`renew`). Every command is enqueued, and every memory object created,
-under the queue's `driver` lock, with the context, queue and buffers read at that moment, so a
-command deferred before a replacement is enqueued on the new queue. A replacement holds the lock
-throughout, finishes the old queue, and then *settles* every event of the old context: the
-`OpenCLEvent` keeps the command's outcome (and duration) and drops the driver's event, which
-would otherwise keep the old context, and the memory of its compiler, alive.
 """
 
 from __future__ import annotations
@@ -81,16 +73,13 @@ def _run_callback(event: Event, callback: Callable[[Event], None]) -> None:
 class OpenCLEvent(Event):
     """Completion of one command of a `DeviceQueue` (see the module docstring)."""
 
-    __slots__ = ("_cl_event", "_settled", "_stage", "label", "queue")
+    __slots__ = ("_cl_event", "_stage", "label", "queue")
 
     def __init__(self, queue: DeviceQueue, label: str) -> None:
         self.queue = queue
         self.label = label
         self._stage = SettableEvent(label)  # set when enqueued; failed when skipped
         self._cl_event: cl.Event | None = None
-        # (status, duration) once settled: the command finished and its context was replaced.
-        # Set before `_cl_event` is cleared, so readers that find no `_cl_event` find this.
-        self._settled: tuple[int, int | None] | None = None
 
     @classmethod
     def enqueued(cls, queue: DeviceQueue, label: str, cl_event: cl.Event) -> OpenCLEvent:
@@ -99,29 +88,8 @@ class OpenCLEvent(Event):
         return event
 
     def _set_enqueued(self, cl_event: cl.Event) -> None:
-        """Called with the queue's `driver` lock held, like the enqueue that made `cl_event`."""
         self._cl_event = cl_event
-        self.queue._events.add(self)
         self._stage.set_result()
-
-    def _settle(self) -> None:
-        """Keep the outcome of the finished command and release the driver's event
-        (`DeviceQueue.renew`)."""
-        event = self._cl_event
-        if event is None:
-            return
-        status = int(event.command_execution_status)
-        duration = None
-        if self.queue.profiling and status == _COMPLETE:
-            with contextlib.suppress(cl.Error):
-                duration = int(event.profile.end - event.profile.start)
-        self._settled = (status, duration)
-        self._cl_event = None
-
-    @property
-    def _enqueued(self) -> bool:
-        # `_cl_event` first: `_settle` sets `_settled` before it clears `_cl_event`.
-        return self._cl_event is not None or self._settled is not None
 
     def _set_failed(self, error: BaseException) -> None:
         self._stage.set_exception(error)
@@ -133,15 +101,12 @@ class OpenCLEvent(Event):
 
     @property
     def cl_event(self) -> cl.Event | None:
-        """The driver's event, once the command is enqueued (None again once settled)."""
+        """The driver's event, once the command is enqueued."""
         return self._cl_event
 
     def _status(self) -> int:
-        event = self._cl_event
-        if event is None:
-            assert self._settled is not None
-            return self._settled[0]
-        return int(event.command_execution_status)
+        assert self._cl_event is not None
+        return int(self._cl_event.command_execution_status)
 
     def _device_error(self, status: int) -> ExecutionError:
         return ExecutionError(f"{self.label} failed on {self.queue.name} (status {status})")
@@ -149,10 +114,9 @@ class OpenCLEvent(Event):
     def wait(self, timeout: float | None = None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
         self._stage.wait(timeout)  # raises the failure of a skipped command
-        event = self._cl_event  # None: settled, so finished
-        if event is None:
-            pass
-        elif deadline is None:
+        event = self._cl_event
+        assert event is not None
+        if deadline is None:
             try:
                 event.wait()
             except cl.Error as error:
@@ -173,22 +137,20 @@ class OpenCLEvent(Event):
     def is_complete(self) -> bool:
         if not self._stage.is_complete:
             return False
-        return not self._enqueued or self._status() <= _COMPLETE
+        return self._cl_event is None or self._status() <= _COMPLETE
 
     def exception(self) -> BaseException | None:
         if not self.is_complete:
             raise RuntimeError(f"{self!r} is not complete")
-        if not self._enqueued:
+        if self._cl_event is None:
             return self._stage.exception()
         status = self._status()
         return self._device_error(status) if status < _COMPLETE else None
 
     def duration_ns(self) -> int | None:
-        if not self.queue.profiling or not self.is_complete:
-            return None
         event = self._cl_event
-        if event is None:
-            return None if self._settled is None else self._settled[1]
+        if event is None or not self.queue.profiling or not self.is_complete:
+            return None
         try:
             return int(event.profile.end - event.profile.start)
         except cl.Error:
@@ -197,7 +159,7 @@ class OpenCLEvent(Event):
     def add_done_callback(self, fn: Callable[[Event], None]) -> None:
         def staged(_: Event) -> None:
             event = self._cl_event
-            if event is None:  # skipped, or settled (finished)
+            if event is None:
                 _run_callback(self, fn)
             else:
                 self.queue.when_complete(event, lambda: _run_callback(self, fn))
@@ -207,7 +169,7 @@ class OpenCLEvent(Event):
     def __repr__(self) -> str:
         if not self._stage.is_complete:
             state = "deferred"
-        elif not self._enqueued:
+        elif self._cl_event is None:
             state = f"skipped: {self._stage.exception()!r}"
         else:
             state = "complete" if self._status() <= _COMPLETE else "queued"
@@ -219,15 +181,10 @@ class DeviceQueue:
 
     def __init__(self, name: str, cl_device: cl.Device, *, profiling: bool | None = None) -> None:
         self.name = name
-        self.cl_device = cl_device
         self.profiling = profiling_requested() if profiling is None else profiling
         self.context = cl.Context([cl_device])
-        self.queue = self._new_queue(self.context)
-        # Held to enqueue, to create a memory object and to replace the context (`renew`).
-        self.driver = threading.RLock()
-        self.mappings = 0  # host maps alive (hal_opencl.memory); no renewal while any is
-        self.generation = 0  # contexts replaced so far
-        self._events: weakref.WeakSet[OpenCLEvent] = weakref.WeakSet()  # enqueued, unsettled
+        properties = cl.command_queue_properties.PROFILING_ENABLE if self.profiling else 0
+        self.queue = cl.CommandQueue(self.context, cl_device, properties=properties)
         self._lock = threading.Lock()
         self._jobs: SimpleQueue[Callable[[], None] | None] = SimpleQueue()
         self._submitter: threading.Thread | None = None
@@ -268,10 +225,6 @@ class DeviceQueue:
                 dep.add_done_callback(arrived)
         return event
 
-    def _new_queue(self, context: cl.Context) -> cl.CommandQueue:
-        properties = cl.command_queue_properties.PROFILING_ENABLE if self.profiling else 0
-        return cl.CommandQueue(context, self.cl_device, properties=properties)
-
     def _ready(self, dep: Event) -> bool:
         """No host waiting needed: complete, or a command already on this in-order queue."""
         if isinstance(dep, OpenCLEvent) and dep.queue is self:
@@ -299,19 +252,16 @@ class DeviceQueue:
             else:
                 self._post(fail)
             return
-        with self.driver:
-            try:
-                cl_event = enqueue()
-            except HalError as error:
-                failure: HalError = error
-            except Exception as error:
-                what = f"{event.label} could not be queued on {self.name}"
-                failure = ExecutionError(f"{what}: {error}")
-                failure.__cause__ = error
-            else:
-                event._set_enqueued(cl_event)
-                return
-        event._set_failed(failure)
+        try:
+            cl_event = enqueue()
+        except HalError as error:
+            event._set_failed(error)
+        except Exception as error:
+            failure = ExecutionError(f"{event.label} could not be queued on {self.name}: {error}")
+            failure.__cause__ = error
+            event._set_failed(failure)
+        else:
+            event._set_enqueued(cl_event)
 
     def _post(self, job: Callable[[], None]) -> None:
         with self._lock:
@@ -375,27 +325,6 @@ class DeviceQueue:
 
     def finish(self) -> None:
         self.queue.finish()
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def renew(self, move: Callable[[cl.Context, cl.CommandQueue, cl.CommandQueue], None]) -> None:
-        """Replace the context and the command queue (module docstring). Every command is
-        finished first; `move(context, old, new)` then carries the memory objects over,
-        reading through the old queue and writing through the new one. If it raises,
-        nothing changes. Holds the `driver` lock; the caller checks that no map is alive."""
-        with self.driver:
-            old = self.queue
-            old.finish()
-            context = cl.Context([self.cl_device])
-            queue = self._new_queue(context)
-            move(context, old, queue)
-            self.context, self.queue = context, queue
-            self.generation += 1
-            for event in list(self._events):
-                event._settle()
-            self._events = weakref.WeakSet()
 
     def close(self) -> None:
         """Let queued work finish, finish the device queue and stop both threads (waiting
