@@ -25,7 +25,6 @@ import math
 import os
 import statistics
 import sys
-import time
 from dataclasses import dataclass
 
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
@@ -34,6 +33,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from typing import TYPE_CHECKING
 
 import numpy as np
+from run import median_times  # benchmarks/run.py: the same interleaved rounds
 
 import tile
 
@@ -179,20 +179,6 @@ def conv_case(rng: np.random.Generator) -> Case:
 
 
 FAMILIES = {"matmul": matmul_case, "reduce": reduction_case, "conv": conv_case}
-
-
-def median_times(calls: list[Callable[[], object]], rounds: int, budget: float) -> list[float]:
-    """Interleaved rounds (one call of each engine per round); median seconds each."""
-    samples: list[list[float]] = [[] for _ in calls]
-    deadline = time.perf_counter() + budget
-    for _ in range(rounds):
-        for index, call in enumerate(calls):
-            start = time.perf_counter()
-            call()
-            samples[index].append(time.perf_counter() - start)
-        if time.perf_counter() > deadline:
-            break
-    return [statistics.median(s) for s in samples]
 
 
 def main() -> int:

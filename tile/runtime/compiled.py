@@ -126,7 +126,7 @@ class CompiledFunction:
                     f"{self.name} was compiled for {self.device.id}; input '{name}' is on "
                     f"{value.device.id}"
                 )
-            wanted, got = self.signature[name], _entry(value)
+            wanted, got = self.signature[name], signature_entry(value)
             if got != wanted:
                 raise self._error(f"input '{name}' is {_show(got)}; compiled for {_show(wanted)}")
         return launch(self.device, self.program, named, {}, self.name)
@@ -259,7 +259,9 @@ def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _entry(value: object) -> SignatureEntry:
+def signature_entry(value: object) -> SignatureEntry:
+    """A call input's entry in a program key (tile.runtime.cache): tensors, arrays and specs
+    by dtype and dims, anything else as a constant."""
     if isinstance(value, Tensor):
         return value._entry
     if isinstance(value, TensorSpec):

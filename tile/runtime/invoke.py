@@ -13,8 +13,6 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from semtree.types import DType, TensorShape
 from tile.bind.function import Function as FrontEndFunction
 from tile.bind.function import front_end
@@ -27,17 +25,17 @@ from tile.runtime.cache import (
     FUNCTION_CACHE_SIZE,
     LRUCache,
     ProgramKey,
-    constant_entry,
     input_signature,
     source_hash,
-    tensor_entry,
 )
-from tile.runtime.compiled import CompiledFunction, TensorSpec
+from tile.runtime.compiled import CompiledFunction, TensorSpec, signature_entry
 from tile.runtime.execute import compile_program, load_program, save_program
 from tile.runtime.launch import Invocation, launch
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+    import numpy as np
 
     from tile.bind.program import BoundProgram
     from tile.errors import Diagnostic
@@ -184,7 +182,7 @@ class Invoker:
             if name not in self.function.inputs:
                 message, place = unknown_input(name, self.function.ast.inputs)
                 raise TileBindError(diagnostic("E-BIND", message, place, self.function.source))
-            entries[name] = _signature_entry(value)
+            entries[name] = signature_entry(value)
         self._check_devices({**self._inputs, **inputs}, self._outputs)
         for name, value in inputs.items():
             self._inputs[name] = value
@@ -320,16 +318,6 @@ class Invoker:
         return TileBindError(
             diagnostic("E-BIND", message, spans.get(name or ""), self.function.source)
         )
-
-
-def _signature_entry(value: object) -> SignatureEntry:
-    if isinstance(value, Tensor):
-        return value._entry
-    if isinstance(value, TensorSpec):
-        return value.entry
-    if isinstance(value, np.ndarray) and value.ndim:
-        return tensor_entry(value.dtype, value.shape)
-    return constant_entry(value)
 
 
 def _bind_value(value: object) -> object:
