@@ -28,6 +28,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import tempfile
 import threading
 import time
@@ -192,18 +193,27 @@ def _note_write() -> None:
 
 
 def _stores(root: Path) -> list[Path]:
-    """The stores under `root`: directories holding `manifests/` or `blobs/`."""
-    found = {path.parent for name in ("manifests", "blobs") for path in root.glob(f"**/{name}")}
-    return sorted(path for path in found if path.is_dir())
+    """The stores under `root`: directories holding `manifests/` or `blobs/`. Other processes
+    create and delete directories under `root` meanwhile (PoCL's run directories, evicted
+    blobs): `os.walk` passes over one that vanished mid-walk, where `Path.glob` raised."""
+    found = []
+    for directory, subdirectories, _ in os.walk(root):
+        if "manifests" in subdirectories or "blobs" in subdirectories:
+            found.append(Path(directory))
+            subdirectories.clear()  # a store holds no other store
+    return sorted(found)
 
 
 def _files(directory: Path) -> list[tuple[Path, os.stat_result]]:
+    """The files under `directory` with their status, leaving out any that vanished."""
     result = []
-    for path in directory.rglob("*"):
-        with contextlib.suppress(OSError):
-            info = path.stat()
-            if path.is_file():
-                result.append((path, info))
+    for parent, _, names in os.walk(directory):
+        for name in names:
+            path = Path(parent, name)
+            with contextlib.suppress(OSError):
+                info = path.stat()
+                if stat.S_ISREG(info.st_mode):
+                    result.append((path, info))
     return result
 
 

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+import os
+import shutil
+from pathlib import Path
+from unittest.mock import ANY
 
 import pytest
 
+from hal import disk_cache
 from hal.disk_cache import CorruptEntryError, Store, atomic_write, cache_directory, sha256
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 
 def test_cache_directory_follows_the_environment(
@@ -71,3 +72,33 @@ def test_put_repairs_a_damaged_blob(tmp_path: Path) -> None:
     [blob] = (tmp_path / "blobs").rglob(digest)
     blob.write_bytes(b"garbage")
     assert store.put(b"program") == digest and blob.read_bytes() == b"program"
+
+
+def test_inspection_passes_over_directories_that_vanish_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Other processes delete their own directories under the cache (PoCL's run directories)
+    while one inspects or evicts it: a directory gone between listing and reading is passed
+    over (a CI failure: `Path.glob` raised FileNotFoundError out of `evict`)."""
+    store = Store(tmp_path / "opencl" / "store")
+    digest = store.put(b"kept")
+    store.write_manifest("k", {"blob": digest})
+    doomed = tmp_path / "opencl" / "pocl-runs" / "123-gone"
+    (doomed / "ab" / "cdef").mkdir(parents=True)
+    (doomed / "ab" / "cdef" / "program.bc").write_bytes(b"x")
+    real_scandir = os.scandir
+
+    def scandir_after_exit(path: object = ".") -> object:  # the owner exits just now
+        if Path(str(path)).is_relative_to(doomed):
+            shutil.rmtree(doomed, ignore_errors=True)
+        return real_scandir(path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "scandir", scandir_after_exit)
+    assert disk_cache.usage(tmp_path) == {
+        "opencl/store": {"entries": 1, "blobs": 1, "bytes": ANY},
+    }
+    assert not doomed.exists()
+    (doomed / "ab").mkdir(parents=True)
+    assert disk_cache.evict(tmp_path, limit=10**9) == 0
+    assert disk_cache.clear(tmp_path) > 0
+    assert disk_cache.usage(tmp_path) == {}
