@@ -52,6 +52,7 @@ from semtree.nodes import (
     Declare,
     For,
     If,
+    Lanes,
     Load,
     Lookup,
     Return,
@@ -378,7 +379,7 @@ def _names(node: Node) -> set[str]:
 
 
 def _root(ref: object) -> str:
-    while isinstance(ref, Subscript):
+    while isinstance(ref, Subscript | Lanes):
         ref = ref.base
     return ref.name if isinstance(ref, Lookup) else ""
 

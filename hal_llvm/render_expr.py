@@ -31,6 +31,7 @@ from hal_llvm.render_convert import Converter
 from hal_llvm.render_math import Declarations, emit_builtin
 from hal_llvm.render_types import (
     I1,
+    I32,
     I64,
     INDEX,
     Typed,
@@ -54,6 +55,7 @@ from semtree.nodes import (
     IdKind,
     IndexExpr,
     IntConst,
+    Lanes,
     Limit,
     LimitConst,
     Load,
@@ -189,6 +191,10 @@ class ExpressionEmitter(Converter):
                 return self.variable(name).type
             case Subscript(base, _):
                 return self.lvalue_type(base).element()
+            case Lanes(base, _, width, _):
+                dtype = self.lvalue_type(base).dtype
+                assert dtype is not None
+                return Type.value(dtype, width)
             case _:
                 raise UnsupportedNode(ref)
 
@@ -224,8 +230,57 @@ class ExpressionEmitter(Converter):
                     pointer = self.builder.bitcast(pointer, memory_type(element).as_pointer())
                 alignment = self._alignment(base, element)
                 return Address(pointer, element, in_memory=True, alignment=alignment)
+            case Lanes(base, offset, _, count):
+                # Past-the-end lanes are masked, never accessed: no `inbounds` with a count.
+                element = self.lvalue_type(ref)
+                pointer = self.builder.gep(
+                    self.load(base).value, [self.index(offset)], inbounds=count is None
+                )
+                pointer = self.builder.bitcast(pointer, memory_type(element).as_pointer())
+                assert element.dtype is not None
+                return Address(pointer, element, in_memory=True, alignment=element.dtype.itemsize)
             case _:
                 raise UnsupportedNode(ref)
+
+    def _lane_mask(self, count: Expr, width: int) -> ir.Value:
+        """`<width x i1>`: lane < count."""
+        limit = self.index(count)
+        limit = self.builder.select(
+            self.builder.icmp_signed("<", limit, ir.Constant(I64, width)),
+            limit,
+            ir.Constant(I64, width),
+        )
+        lanes = ir.VectorType(I32, width)
+        splat = self.builder.insert_element(
+            ir.Constant(lanes, ir.Undefined), self.builder.trunc(limit, I32), ir.Constant(I32, 0)
+        )
+        splat = self.builder.shuffle_vector(
+            splat, ir.Constant(lanes, ir.Undefined), ir.Constant(lanes, [0] * width)
+        )
+        iota = ir.Constant(lanes, list(range(width)))
+        return self.builder.icmp_signed("<", iota, splat)
+
+    def _masked(self, ref: Lanes, value: ir.Value | None = None) -> ir.Value:
+        """A masked load of `ref` (value None) or a masked store of `value` to it."""
+        assert ref.count is not None
+        address = self.address(ref)
+        vector = memory_type(address.type)
+        mask = self._lane_mask(ref.count, ref.width)
+        alignment = ir.Constant(I32, address.alignment or 1)
+        suffix = f"{intrinsic_suffix(vector)}.p0"
+        masks = ir.VectorType(I1, ref.width)
+        if value is None:
+            function = self.declarations.function(
+                f"llvm.masked.load.{suffix}", vector, [address.pointer.type, I32, masks, vector]
+            )
+            zero = ir.Constant(vector, None)
+            return self.builder.call(function, [address.pointer, alignment, mask, zero])
+        function = self.declarations.function(
+            f"llvm.masked.store.{suffix}",
+            ir.VoidType(),
+            [vector, address.pointer.type, I32, masks],
+        )
+        return self.builder.call(function, [value, address.pointer, alignment, mask])
 
     def _alignment(self, base: LValue, element: Type) -> int:
         """The alignment of a buffer element: a subscript of an aligned parameter in units
@@ -245,6 +300,9 @@ class ExpressionEmitter(Converter):
             variable = self.variable(ref.name)
             if variable.value is not None:
                 return Typed(variable.value, variable.type)
+        if isinstance(ref, Lanes) and ref.count is not None:
+            type_ = self.lvalue_type(ref)
+            return Typed(self._masked(ref), type_)
         address = self.address(ref)
         value = self.builder.load(address.pointer, align=address.alignment)
         register = self.value_type(address.type)
@@ -253,6 +311,9 @@ class ExpressionEmitter(Converter):
         return Typed(value, register)
 
     def store(self, ref: LValue, expr: Expr) -> None:
+        if isinstance(ref, Lanes) and ref.count is not None:
+            self._masked(ref, self.prepared(expr, self.lvalue_type(ref)))
+            return
         address = self.address(ref)
         target = self.value_type(address.type)
         value = self.prepared(expr, target)
@@ -454,4 +515,4 @@ class ExpressionEmitter(Converter):
 def _cannot_fault(expr: Expr) -> bool:
     """Whether evaluating `expr` where its value is not needed is harmless: it reads no
     memory through a subscript (arithmetic is guarded and loads of variables are safe)."""
-    return not any(isinstance(node, Subscript) for node in walk(expr))
+    return not any(isinstance(node, Subscript | Lanes) for node in walk(expr))

@@ -65,6 +65,7 @@ from semtree.nodes import (
     FloatConst,
     IndexExpr,
     IntConst,
+    Lanes,
     Limit,
     LimitConst,
     Load,
@@ -141,8 +142,48 @@ class ExpressionRenderer(CPrinter):
             case _:
                 raise UnsupportedNode(ref)
 
+    def lanes(self, ref: Lanes, value: str | None = None) -> str:
+        """A load of `ref` (value None), or a store of the vector `value` to it: `vloadN` and
+        `vstoreN` at any element, or, with a count, a helper that touches only its lanes."""
+        base = lvalue_type(ref.base, self.scope, self.native_fp16)
+        assert base.dtype is not None
+        pointer, offset = self.lvalue(ref.base), self.value(ref.offset).code
+        width = ref.width
+        if ref.count is None:
+            if value is None:
+                return f"vload{width}(0, {pointer} + ({offset}))"
+            return f"vstore{width}({value}, 0, {pointer} + ({offset}));"
+        scalar, vector = vector_name(base.dtype), vector_name(base.dtype, width)
+        space = REGIONS[base.region]
+        action = "load" if value is None else "store"
+        name = f"tile_lanes_{action}{width}_{space.strip('_') or 'private'}_{scalar}"
+        count = self.value(ref.count).code
+        if value is None:
+            lines = [
+                f"// lanes [0, n) of the {width} elements at p, 0 in the others, read alone",
+                f"{vector} {name}(const {space} {scalar}* p, int n) {{",
+                f"  {scalar} lanes[{width}];",
+                f"  for (int i = 0; i < {width}; i++) lanes[i] = i < n ? p[i] : ({scalar})0;",
+                f"  return vload{width}(0, lanes);",
+                "}",
+            ]
+            self.helpers.use(name, "\n".join(lines))
+            return f"{name}({pointer} + ({offset}), {count})"
+        lines = [
+            "// lanes [0, n) of x stored at p; the other elements untouched",
+            f"void {name}({space} {scalar}* p, int n, {vector} x) {{",
+            f"  {scalar} lanes[{width}];",
+            f"  vstore{width}(x, 0, lanes);",
+            f"  for (int i = 0; i < {width} && i < n; i++) p[i] = lanes[i];",
+            "}",
+        ]
+        self.helpers.use(name, "\n".join(lines))
+        return f"{name}({pointer} + ({offset}), {count}, {value});"
+
     def load(self, ref: LValue) -> Text:
         declared = lvalue_type(ref, self.scope, self.native_fp16)
+        if isinstance(ref, Lanes):
+            return Text(self.lanes(ref), ATOM, declared)
         if declared.is_pointer:
             return Text(self.lvalue(ref), ATOM, declared)
         packed = self.packed_access(ref)
@@ -424,4 +465,4 @@ def _shared_lanes(texts: Sequence[Text]) -> DType:
 
 
 def _reads_memory(expr: Expr) -> bool:
-    return any(isinstance(node, Subscript) for node in walk(expr))
+    return any(isinstance(node, Subscript | Lanes) for node in walk(expr))

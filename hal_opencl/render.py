@@ -36,6 +36,7 @@ from semtree.nodes import (
     Expr,
     Function,
     If,
+    Lanes,
     LValue,
     Param,
     Stmt,
@@ -198,6 +199,8 @@ class OpenCLRenderer(ExpressionRenderer):
     def store(self, ref: LValue, value: Expr) -> str:
         target = lvalue_type(ref, self.scope, self.native_fp16)
         text = self.stored(value, target)
+        if isinstance(ref, Lanes):
+            return self.lanes(ref, text.code)
         packed = self.packed_access(ref)
         if packed is None:
             return f"{self.lvalue(ref)} = {text.code};"

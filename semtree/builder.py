@@ -42,6 +42,7 @@ from semtree.nodes import (
     If,
     IndexExpr,
     IntConst,
+    Lanes,
     Limit,
     LimitConst,
     Load,
@@ -230,6 +231,12 @@ def _type(type_: Type | DType) -> Type:
 
 def var(name: str) -> Var:
     return Var(Lookup(name))
+
+
+def lanes(pointer: Var, offset: ExprLike, width: int, count: ExprLike | None = None) -> Var:
+    """`width` elements of the scalar pointer `pointer` from element `offset`, as one vector;
+    only the first `count` accessed when given (`semtree.nodes.Lanes`)."""
+    return Var(Lanes(pointer.ref, expr(offset), width, None if count is None else expr(count)))
 
 
 def const(value: int | float | bool, dtype: DType | None = None) -> Value:

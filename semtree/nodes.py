@@ -42,6 +42,7 @@ __all__ = [
     "IndexExpr",
     "IntConst",
     "LValue",
+    "Lanes",
     "Limit",
     "LimitConst",
     "Load",
@@ -227,6 +228,27 @@ class Subscript(LValue):
 
     base: LValue
     offset: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class Lanes(LValue):
+    """`width` consecutive elements of the scalar pointer `base`, from element `offset`, as one
+    vector, aligned only as a scalar is: a vector at any element of a buffer. With `count`,
+    only the lanes before `count` are accessed (a ragged edge: a load gives 0 in the others, a
+    store leaves them; neither touches their memory; `count` <= 0 accesses nothing)."""
+
+    base: LValue
+    offset: Expr
+    width: int
+    count: Expr | None = None
+
+    def __post_init__(self) -> None:
+        _normalise(self)
+        if self.width not in LANE_WIDTHS:
+            raise SemtreeTypeError(f"lanes of width {self.width}: not one of {LANE_WIDTHS}")
+
+
+LANE_WIDTHS = (2, 4, 8, 16)
 
 
 @dataclass(frozen=True, slots=True)

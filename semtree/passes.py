@@ -23,6 +23,7 @@ from semtree.nodes import (
     For,
     Function,
     If,
+    Lanes,
     Load,
     LValue,
     Return,
@@ -124,6 +125,10 @@ class ScopedPass:
         if isinstance(ref, Subscript):
             base, offset = self.lvalue(ref.base), self.condition(ref.offset)
             return rebuilt(ref, base=base, offset=offset)
+        if isinstance(ref, Lanes):
+            base, offset = self.lvalue(ref.base), self.condition(ref.offset)
+            count = None if ref.count is None else self.condition(ref.count)
+            return rebuilt(ref, base=base, offset=offset, count=count)
         return ref
 
     def expr(self, expr: Expr) -> tuple[Expr, Type]:

@@ -34,6 +34,7 @@ from semtree.nodes import (
     If,
     IndexExpr,
     IntConst,
+    Lanes,
     Limit,
     LimitConst,
     Load,
@@ -355,6 +356,9 @@ class CPrinter:
                 return name
             case Subscript(base, offset):
                 return f"{self.lvalue(base)}[{self.expr(offset)}]"
+            case Lanes(base, offset, width, count):
+                last = "" if count is None else f", {self.expr(count)}"
+                return f"lanes{width}({self.lvalue(base)}, {self.expr(offset)}{last})"
             case _:
                 raise UnsupportedNode(ref)
 

@@ -44,6 +44,7 @@ from semtree.nodes import (
     If,
     IndexExpr,
     IntConst,
+    Lanes,
     LimitConst,
     Load,
     Lookup,
@@ -203,6 +204,18 @@ def lvalue_type(ref: LValue, scope: Scope, native_fp16: bool) -> Type:
             if not offset_type.is_integer or offset_type.is_vector:
                 raise SemtreeTypeError(f"{ref}: subscript of type {offset_type}")
             return base_type.element()
+        case Lanes(base, offset, width, count):
+            base_type = lvalue_type(base, scope, native_fp16)
+            if not base_type.is_pointer or base_type.vec_width != 1:
+                raise SemtreeTypeError(f"{ref}: lanes of {base_type}, not of a scalar pointer")
+            if base_type.dtype in (DType.BOOLEAN, DType.FLOAT16):
+                raise SemtreeTypeError(f"{ref}: lanes of {base_type.dtype.value} elements")
+            for what, index in (("offset", offset), ("count", count)):
+                index_type = INDEX if index is None else type_of(index, scope, native_fp16)
+                if not index_type.is_integer or index_type.is_vector:
+                    raise SemtreeTypeError(f"{ref}: {what} of type {index_type}")
+            assert base_type.dtype is not None
+            return Type.value(base_type.dtype, width)
         case _:
             raise UnsupportedNode(ref)
 
@@ -340,7 +353,8 @@ def check_assign(target: Type, value: Type, what: str) -> None:
 
 def check_store_target(ref: LValue, scope: Scope, native_fp16: bool) -> Type:
     """The type stored to by `ref`; raises if it is read-only (through a const pointer)."""
-    base = lvalue_type(ref.base, scope, native_fp16) if isinstance(ref, Subscript) else None
+    through = isinstance(ref, Subscript | Lanes)
+    base = lvalue_type(ref.base, scope, native_fp16) if through else None
     if base is not None and base.is_pointer and base.is_const:
         raise SemtreeTypeError(f"store through a const pointer: {ref}")
     return lvalue_type(ref, scope, native_fp16)

@@ -54,6 +54,7 @@ from semtree.nodes import (
     If,
     IndexExpr,
     IntConst,
+    Lanes,
     Limit,
     LimitConst,
     Load,
@@ -74,6 +75,7 @@ from semtree.typing import (
     check_function,
     is_literal,
     literal_type,
+    lvalue_type,
     operand_type,
     operands,
     result_type,
@@ -140,6 +142,7 @@ class Address:
     storage: Storage
     offset: np.ndarray  # (items,) first column of the element
     type: Type  # the lvalue's declared type
+    count: np.ndarray | None = None  # (items,) lanes accessed (a `Lanes` with a count)
 
     @property
     def lanes(self) -> int:
@@ -344,23 +347,43 @@ class Machine:
                 assert isinstance(pointer, Pointer)
                 start = pointer.offset + index * element.vec_width
                 return Address(pointer.target, start, element)
+            case Lanes(base, offset, _, count):
+                pointer = self.read(self.address(base, mask), mask)
+                assert isinstance(pointer, Pointer)
+                element = lvalue_type(ref, _TypeView(self.env), self.native_fp16)
+                start = pointer.offset + self.index(offset, mask)
+                lanes = None if count is None else self.index(count, mask)
+                return Address(pointer.target, start, element, lanes)
             case _:
                 raise UnsupportedNode(ref)
+
+    def index(self, expr: Expr, mask: np.ndarray) -> np.ndarray:
+        """An integer expression as (items,) int64."""
+        value, type_ = self.evaluate(expr, mask)
+        return self.convert(value, type_, Type.index(), mask)[:, 0]  # type: ignore[arg-type]
 
     def columns(self, address: Address, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Row and column indices of the element for every work-item (inactive ones: 0)."""
         storage, lanes = address.storage, address.lanes
         size = storage.data.shape[1]
         start = address.offset
-        bad = mask & ((start < 0) | (start + lanes > size))
+        if address.count is not None:  # only the first `count` lanes are accessed
+            lanes = np.clip(address.count, 0, lanes)
+            if storage.races is not None:
+                raise InterpreterError(f"{storage.name}: counted lanes of local memory")
+        bad = mask & (lanes > 0) & ((start < 0) | (start + lanes > size))
         if bad.any():
             item = int(np.argmax(bad))
+            last = start[item] + np.broadcast_to(lanes, start.shape)[item] - 1
             raise InterpreterError(
-                f"{storage.name}: work-item {item} accesses elements {start[item]} to "
-                f"{start[item] + lanes - 1} of {size}"
+                f"{storage.name}: work-item {item} accesses elements {start[item]} to {last} "
+                f"of {size}"
             )
         start = np.where(mask, start, 0)
-        return storage.rows[:, None], start[:, None] + np.arange(lanes)
+        columns = start[:, None] + np.arange(address.lanes)
+        if address.count is not None:  # lanes not accessed: column 0 (read as 0, not written)
+            columns = np.where(np.arange(address.lanes) < lanes[:, None], columns, 0)
+        return storage.rows[:, None], columns
 
     def read(self, address: Address, mask: np.ndarray) -> Value:
         storage = address.storage
@@ -370,6 +393,8 @@ class Machine:
         if storage.races is not None:
             self.note_access(storage, rows, columns, mask, write=False)
         raw = storage.data[rows, columns]
+        if address.count is not None:
+            raw = np.where(self.active(address), raw, np.zeros((), raw.dtype))
         if address.type.base_is_pointer:
             if storage.target is None:
                 raise InterpreterError(f"pointer {storage.name} is used before it is set")
@@ -394,7 +419,17 @@ class Machine:
         if storage.races is not None:
             self.note_access(storage, rows, columns, mask, write=True, collective=collective)
         value = np.broadcast_to(value, (self.items, address.lanes))
-        storage.data[np.broadcast_to(rows, columns.shape)[mask], columns[mask]] = value[mask]
+        written = np.broadcast_to(mask[:, None], columns.shape)
+        if address.count is not None:
+            written = written & self.active(address)
+        storage.data[np.broadcast_to(rows, columns.shape)[written], columns[written]] = value[
+            written
+        ]
+
+    def active(self, address: Address) -> np.ndarray:
+        """(items, lanes): which lanes of a counted `Lanes` access are accessed."""
+        assert address.count is not None
+        return np.arange(address.lanes) < address.count[:, None]
 
     def note_access(
         self,
