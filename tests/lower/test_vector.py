@@ -60,6 +60,20 @@ def test_aligned_matmul_uses_full_vectors() -> None:
     assert widths == {"C": 16, "A": 1, "B": 16}
 
 
+
+@pytest.mark.parametrize(("n", "lanes"), [(53, 16), (17, 16), (333, 16), (3, 4), (6, 8)])
+def test_ragged_matmul_uses_counted_lanes(n: int, lanes: int) -> None:
+    """An output width that is no multiple of 16: vectors at element offsets (scalar
+    pointers), the last one of a row counted, never the width-1 fallback."""
+    a, b = rand(37, 29), rand(29, n, seed=1)
+    (kernel,) = vector_kernels(MATMUL, LLVM_CPU, {"A": a, "B": b})
+    assert {param.vec_width for param in kernel.params} == {1}
+    body = str(kernel.body)
+    assert f"lanes{lanes}(" in body
+    assert "b_row" in body
+    got = run_program(MATMUL, {"A": a, "B": b})["C"]
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
+
 def test_transposed_operand_order() -> None:
     """B first in the statement: the roles follow the strides, not the operand order."""
     source = "function (A[M, K], B[K, N]) -> (C) { C[m, n: M, N] = +(B[k, n] * A[m, k]); }"

@@ -18,10 +18,13 @@ One work-group owns `rows` x `vectors * width` elements of (i, j):
                for v: acc[r * vectors + v] = MAD(a, b[v], acc[r * vectors + v])
     for r, v: if inside: C_w[(...) / width + jt * vectors + v] = acc[r * vectors + v]
 
-B and C are accessed as vectors of `width` floats: `width` is the largest power of two up to
-`vec_size` dividing every element offset of B and C the kernel forms (1 for ragged shapes:
-then the same code is a scalar register tile). Rows and vectors past the edge read a clamped
-element and skip their stores.
+B and C are accessed as vectors of `width` floats. Where every element offset of B and C the
+kernel forms is a multiple of `vec_size`, they are aligned vectors (vector pointers, `width`
+= `vec_size`). Otherwise (an output width such as 333, an operand read at an offset) they are
+`Lanes`: vectors of `width` = `vec_size` (less for a narrow output) at element offsets through
+scalar pointers, and where a tile can pass the edge of a row every such access is counted
+(`j` size - column * width lanes: masked loads and stores, nothing touched past the row).
+Rows past the edge read a clamped element and skip their stores; so do aligned vectors.
 
 Guards (a padded convolution's `0 <= x + kx - 1 < W`) may use any variable but `j`. One
 without `i` holds for the whole tile: it wraps the reduction step. One with `i` is linear in
@@ -37,7 +40,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from semtree import builder as sb
-from semtree.nodes import Builtin, IntConst, Param
+from semtree.nodes import LANE_WIDTHS, Builtin, IntConst, Param
 from semtree.types import DType, Type, TypeBase
 from tile.lang.syntax import AggOp, CombOp
 from tile.lower.contract import GeneratedBody
@@ -71,6 +74,7 @@ class _Shape:
     i: int  # position of the row coordinate
     j: int  # position of the vector coordinate
     width: int  # floats per vector
+    lanes: bool = False  # B and C read and written as `Lanes` at element offsets, else aligned
 
 
 def _match(flat: FlatContraction, vec_size: int) -> _Shape | None:
@@ -106,6 +110,9 @@ def _match(flat: FlatContraction, vec_size: int) -> _Shape | None:
         terms += [s for k, s in enumerate(output.strides) if k != j]
         while width > 1 and any(term % width for term in terms):
             width //= 2
+        lanes = min(vec_size, 1 << (flat.ranges[j] - 1).bit_length())
+        if lanes > width and lanes in LANE_WIDTHS:  # any size and offset: unaligned vectors
+            return _Shape(a, b, i, j, lanes, lanes=True)
         return _Shape(a, b, i, j, width)
     return None
 
@@ -161,7 +168,7 @@ def generate_vector_contraction(
     epilogue = None
     if len(plan.ops) > 1:
         operands = {context.buffer_of[access.tensor] for access in flat.operands}
-        epilogue = Epilogue.check(plan, context, shape.j, shape.width, operands)
+        epilogue = Epilogue.check(plan, context, shape.j, shape.width, operands, shape.lanes)
         if epilogue is None:
             return None
     elif tuple(plan.stores) != (plan.contraction.output,):
@@ -260,9 +267,16 @@ def _build(
         """How many reduction loops enclose the guard: those of the variables it uses."""
         return max((p + 1 for p, k in enumerate(reductions) if constraint.lhs[k]), default=0)
 
-    b_index = linear(shape.b, {}, width) + load_column
     a_index = linear(shape.a, {shape.i: load_row}, 1)
-    c_index = linear(flat.output, {shape.i: row}, width) + column
+    # Lanes: the vectors at element offsets, counted where the tile can pass the edge.
+    count = None
+    if shape.lanes and size_j % (width * vectors):
+        count = size_j - column * width
+    if shape.lanes:
+        b_vector = sb.lanes(sb.var(b_param), linear(shape.b, {}, 1) + column * width, width, count)
+        c_start = linear(flat.output, {shape.i: row}, 1) + column * width
+    else:
+        b_vector = sb.var(b_param)[linear(shape.b, {}, width) + load_column]
 
     if settings.disable_mad:
         update = (
@@ -280,7 +294,7 @@ def _build(
         sb.declare(F32, a_value, sb.var(a_param)[a_index]),
         sb.for_(v, vectors, body=sb.assign(sb.var(acc)[sb.var(r) * vectors + sb.var(v)], update)),
     ]
-    load_b = sb.for_(v, vectors, body=sb.assign(sb.var(b_row)[sb.var(v)], sb.var(b_param)[b_index]))
+    load_b = sb.for_(v, vectors, body=sb.assign(sb.var(b_row)[sb.var(v)], b_vector))
     uniform = [c for c in flat.constraints if not c.lhs[shape.i]]
     by_row = [c for c in flat.constraints if c.lhs[shape.i]]
     split = max((level(c) for c in by_row), default=-1)  # where "every row" is decided
@@ -311,16 +325,24 @@ def _build(
 
     loop = nest(0, None)
     result = sb.var(acc)[sb.var(r) * vectors + sb.var(v)]
-    store: list = [] if c_param is None else [sb.assign(sb.var(c_param)[c_index], result)]
+    store: list = []
+    if c_param is not None and shape.lanes:
+        store.append(sb.assign(sb.lanes(sb.var(c_param), c_start, width, count), result))
+    elif c_param is not None:
+        c_index = linear(flat.output, {shape.i: row}, width) + column
+        store.append(sb.assign(sb.var(c_param)[c_index], result))
     if epilogue is not None:
         at = [
             row.node if k == shape.i else column.node if k == shape.j else coordinate[k].node
             for k in range(flat.outputs)
         ]
-        values, computed = epilogue.statements(result.node, at, context, writer, settings)
+        lanes_count = None if count is None else count.node
+        values, computed = epilogue.statements(
+            result.node, at, context, writer, settings, lanes_count
+        )
         store += values
         store += [
-            epilogue.store(tensor, computed[tensor], at, writer)
+            epilogue.store(tensor, computed[tensor], at, writer, lanes_count)
             for tensor in plan.stores
             if tensor != flat.output.tensor
         ]
@@ -336,7 +358,7 @@ def _build(
         sb.for_(r, rows, body=stores),
     ]
 
-    widths = {out_buffer: width, context.buffer_of[shape.b.tensor]: width}
+    widths = {} if shape.lanes else {out_buffer: width, context.buffer_of[shape.b.tensor]: width}
     if epilogue is not None:
         widths |= epilogue.widths(context)
     function_params = [

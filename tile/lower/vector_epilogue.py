@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from semtree.nodes import Declare, Load, Lookup, Store, Subscript
+from semtree.nodes import Declare, Lanes, Load, Lookup, Store, Subscript
 from semtree.types import DType, Type, TypeBase
 from tile.bind.program import OpKind
 from tile.lower.flatten import row_major
@@ -30,7 +30,7 @@ from tile.lower.ops import Typed, apply
 
 if TYPE_CHECKING:
     from semtree.kernel import HardwareSettings
-    from semtree.nodes import Expr, Stmt
+    from semtree.nodes import Expr, LValue, Stmt
     from tile.lower.fuse import KernelPlan
     from tile.lower.kernel import KernelWriter, ProgramContext
 
@@ -47,13 +47,20 @@ class Epilogue:
     j: int
     width: int
     vectors: dict[str, bool]  # tensors read from memory -> read as a vector (else a scalar)
+    lanes: bool = False  # vectors at element offsets (`semtree.Lanes`), else aligned
 
     @staticmethod
     def check(
-        plan: KernelPlan, context: ProgramContext, j: int, width: int, operands: set[str]
+        plan: KernelPlan,
+        context: ProgramContext,
+        j: int,
+        width: int,
+        operands: set[str],
+        lanes: bool = False,
     ) -> Epilogue | None:
         """The epilogue of `plan`, or None when it cannot run on vectors (module docstring).
-        `operands`: the contraction's operand buffers, which the kernel reads as scalars."""
+        `operands`: the contraction's operand buffers, which the kernel reads as scalars;
+        `lanes`: the kernel's vectors are `Lanes` at any element offset, else aligned ones."""
         contraction = plan.contraction
         assert contraction is not None
         shape = tuple(plan.shape)
@@ -73,7 +80,7 @@ class Epilogue:
                     continue
                 if context.is_constant(name):  # a scalar, converted to float32 by `apply`
                     continue
-                access = _access(context, name, shape, j, width)
+                access = _access(context, name, shape, j, 1 if lanes else width)
                 if access is None or context.buffer_of[name] in operands:
                     return None
                 vectors[name] = access
@@ -83,10 +90,12 @@ class Epilogue:
                 context.dims(name) != shape or context.dtype(name) is not F32
             ):
                 return None
-        return Epilogue(plan, j, width, vectors)
+        return Epilogue(plan, j, width, vectors, lanes)
 
     def widths(self, context: ProgramContext) -> dict[str, int]:
         """The buffers read or written as vectors, with their width."""
+        if self.lanes:  # scalar pointers
+            return {}
         names = [name for name, vector in self.vectors.items() if vector]
         names += [name for name in self.plan.stores if name != self.contraction_output]
         return {context.buffer_of[name]: self.width for name in names}
@@ -104,15 +113,17 @@ class Epilogue:
         context: ProgramContext,
         writer: KernelWriter,
         settings: HardwareSettings,
+        count: Expr | None = None,
     ) -> tuple[list[Stmt], dict[str, Typed]]:
         """The epilogue on one vector of results (`result`, the accumulator) at `coordinates`
         (the `j` one counted in vectors of `width`): declarations of every value, and the
-        values by name."""
+        values by name. `count`: the lanes inside the output, where the vector may pass its
+        edge (`Lanes` only)."""
         values = {self.contraction_output: Typed(result, F32)}
         statements: list[Stmt] = []
         for op in self.plan.ops[1:]:
             args = [
-                values[name] if name in values else self._read(name, coordinates, writer)
+                values[name] if name in values else self._read(name, coordinates, writer, count)
                 for name in op.inputs
             ]
             value = apply(op.fn, args, context.dtype(op.output), op.compute or F32, settings)
@@ -122,13 +133,39 @@ class Epilogue:
             values[op.output] = Typed(Load(Lookup(local)), value.dtype)
         return statements, values
 
-    def store(self, name: str, value: Typed, coordinates: list[Expr], writer: KernelWriter) -> Stmt:
+    def store(
+        self,
+        name: str,
+        value: Typed,
+        coordinates: list[Expr],
+        writer: KernelWriter,
+        count: Expr | None = None,
+    ) -> Stmt:
         """A vector store of `name`'s value at `coordinates` (`j` counted in vectors)."""
         param = writer.outputs[writer.context.buffer_of[name]]
-        offset = _vector_offset(row_major(tuple(self.plan.shape)), coordinates, self.width)
-        return Store(Subscript(Lookup(param), offset), value.expr)
+        ref = self._vector(param, row_major(tuple(self.plan.shape)), coordinates, count)
+        return Store(ref, value.expr)
 
-    def _read(self, name: str, coordinates: list[Expr], writer: KernelWriter) -> Typed:
+    def _vector(
+        self,
+        param: str,
+        strides: list[int] | tuple[int, ...],
+        coordinates: list[Expr],
+        count: Expr | None,
+    ) -> LValue:
+        """The vector of `param` at `coordinates` (`j` counted in vectors)."""
+        if not self.lanes:
+            return Subscript(Lookup(param), _vector_offset(strides, coordinates, self.width))
+        terms = [
+            (stride * self.width if stride == 1 else stride, coordinate)
+            for stride, coordinate in zip(strides, coordinates, strict=True)
+            if stride
+        ]
+        return Lanes(Lookup(param), affine(terms), self.width, count)
+
+    def _read(
+        self, name: str, coordinates: list[Expr], writer: KernelWriter, count: Expr | None
+    ) -> Typed:
         context = writer.context
         if context.is_constant(name):
             return context.constant(name)
@@ -140,8 +177,7 @@ class Epilogue:
         strides = [
             0 if size == 1 else stride for size, stride in zip(dims, row_major(dims), strict=True)
         ]
-        offset = _vector_offset(strides, aligned, self.width)
-        return Typed(Load(Subscript(Lookup(param), offset)), context.dtype(name))
+        return Typed(Load(self._vector(param, strides, aligned, count)), context.dtype(name))
 
 
 def _access(
