@@ -34,6 +34,7 @@ from tile.lower.flatten import flatten
 from tile.lower.fuse import PlanKind, plan_program
 from tile.lower.gpu.generate import generate_gpu_group, uses_gpu_kernels
 from tile.lower.kernel import INDEX_LIMIT, ProgramContext, product
+from tile.lower.pack import pack_operand
 from tile.lower.special import generate_prng, generate_scatter
 from tile.lower.split import split_reduction
 from tile.lower.tiles import choose_tiles
@@ -116,6 +117,32 @@ def generate_program(
                         )
                     )
                     kernel_plan, flat = split.total
+                pack = None
+                if split is None and settings.threads == 1:
+                    pack = pack_operand(kernel_plan, flat, context, settings, f"_B{index}")
+                if pack is not None:  # the pack kernel now; the contraction below, as usual
+                    context = pack.context
+                    shapes[pack.buffer] = context.shapes[pack.buffer]
+                    temporaries.append(pack.buffer)
+                    pack_plan, pack_flat = pack.pack
+                    pack_tiles = _tiles(pack_plan, pack_flat, settings)
+                    pack_name = f"{name}_pack"
+                    generated = generate_group(
+                        pack_plan, pack_flat, context, settings, pack_tiles, pack_name
+                    )
+                    kernels.append(
+                        _info(
+                            pack_name,
+                            pack_plan,
+                            generated,
+                            pack_flat,
+                            pack_tiles,
+                            (1, 1, 1),
+                            context,
+                            bodies,
+                        )
+                    )
+                    kernel_plan, flat = pack.main
                 # CPU fast path: register-tiled vector kernels for plain +(A * B).
                 vector = None
                 if settings.threads == 1:

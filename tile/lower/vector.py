@@ -77,8 +77,9 @@ class _Shape:
     lanes: bool = False  # B and C read and written as `Lanes` at element offsets, else aligned
 
 
-def _match(flat: FlatContraction, vec_size: int) -> _Shape | None:
-    """The roles of a flat contraction's variables, or None if it is not eligible."""
+def vector_shape(flat: FlatContraction, vec_size: int) -> _Shape | None:
+    """The roles of a flat contraction's variables in the vector kernel, or None if it is
+    not eligible."""
     if flat.empty or flat.derived or flat.default is not None:
         return None
     if flat.agg is not AggOp.SUM or flat.comb is not CombOp.MUL or len(flat.operands) != 2:
@@ -155,7 +156,7 @@ def generate_vector_contraction(
         return None
     if tuple(plan.shape) != tuple(flat.ranges[: flat.outputs]):
         return None
-    shape = _match(flat, settings.vec_size)
+    shape = vector_shape(flat, settings.vec_size)
     if shape is None:
         return None
     if any(context.is_constant(access.tensor) for access in flat.operands):

@@ -1,0 +1,155 @@
+"""Packed operands: a contraction whose vector operand is laid out the wrong way round is given
+a packed copy of it first (issue 11 item 1; CPU devices).
+
+The register-tiled vector kernel (`tile.lower.vector`) needs an operand B that is contiguous
+along the output's stride-1 coordinate `j`. `A @ B.T` (a linear layer's `x @ W.T`), a batched
+product with a transposed right side, or a 1x1 convolution over a transposed filter have
+none: B is contiguous along a reduction variable instead, and the generic kernel then runs
+one dot product per output element. `pack_operand` finds such a contraction and gives the
+generator two flat contractions:
+
+    pack    P[v..., j] = B[offset + strides . (v..., j)]   for every variable B uses
+    main    the contraction, reading P where it read B (j now of stride 1)
+
+`P` is a temporary buffer whose axes are B's variables in their order with `j` last; the
+pack kernel is a pure permutation (the transposition tile of `tile.lower.tiles`), and its
+cost, one pass over B, is small against the contraction's when A has rows enough to share
+each packed vector (`MANY_ROWS`, below). Only a guard-free, default-free `+(A * B)` contraction of
+float32 whose B access stays inside B for every value of its variables is packed, and only
+where the vector kernel would take the packed form.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from semtree.types import DType, TensorShape
+from tile.bind.program import TensorBinding
+from tile.lang.syntax import AggOp, CombOp
+from tile.lower.flat import FlatAccess, FlatContraction
+from tile.lower.flatten import row_major
+from tile.lower.fuse import KernelPlan, PlanKind
+from tile.lower.kernel import ProgramContext, product
+from tile.lower.vector import vector_shape
+
+if TYPE_CHECKING:
+    from semtree.kernel import HardwareSettings
+
+# When packing pays (measured on AMD Zen 4, llvm_cpu, A @ B.T): the generic kernel runs one
+# dot product per element, contiguous in A and B, which is fast when the reduction is long;
+# the packed kernel shares each packed vector between the rows of A. Packing wins with many
+# rows, or with a short reduction and some rows: (444, 104, 1288) 4.7x faster, (512, 512,
+# 512) 1.3x, (32, 64, 2000) 1.6x; it loses with few rows and a long reduction: (16, 1024,
+# 1000) 1.4x slower, (64, 1024, 1000) 1.5x.
+MANY_ROWS = 128
+SOME_ROWS = 16
+SHORT_REDUCTION = 512
+
+
+@dataclass(frozen=True, slots=True)
+class Pack:
+    """The pack kernel, the contraction reading the packed copy, and the context that knows
+    the temporary (`context.shapes[buffer]`)."""
+
+    pack: tuple[KernelPlan, FlatContraction]
+    main: tuple[KernelPlan, FlatContraction]
+    buffer: str  # the temporary P
+    context: ProgramContext
+
+
+def pack_operand(
+    plan: KernelPlan,
+    flat: FlatContraction | None,
+    context: ProgramContext,
+    settings: HardwareSettings,
+    buffer: str,
+) -> Pack | None:
+    """The packed form of `plan` (module docstring), or None where it is not needed or not
+    possible."""
+    op = plan.contraction
+    if flat is None or op is None or settings.vec_size == 1:
+        return None
+    if flat.empty or flat.derived or flat.default is not None or flat.constraints:
+        return None
+    if flat.agg is not AggOp.SUM or flat.comb is not CombOp.MUL or len(flat.operands) != 2:
+        return None
+    if any(access.dtype is not DType.FLOAT32 for access in flat.access):
+        return None
+    if tuple(plan.shape) != tuple(flat.ranges[: flat.outputs]):
+        return None
+    if vector_shape(flat, settings.vec_size) is not None:
+        return None  # the vector kernel takes B as it is
+    if any(context.is_constant(access.tensor) for access in flat.operands):
+        return None
+    output = flat.output
+    for a, b in (flat.operands, reversed(flat.operands)):
+        j = next(
+            (
+                k
+                for k in range(flat.outputs)
+                if output.strides[k] == 1 and a.strides[k] == 0 and b.strides[k] != 0
+            ),
+            None,
+        )
+        rows = [
+            k for k in range(flat.outputs) if k != j and b.strides[k] == 0 and a.strides[k] != 0
+        ]
+        if j is None or not rows or not _inside(flat, b):
+            continue
+        reduction = product(flat.ranges[k] for k in flat.reductions if b.strides[k])
+        count = flat.ranges[rows[-1]]
+        if count < MANY_ROWS and (count < SOME_ROWS or reduction >= SHORT_REDUCTION):
+            continue
+        variables = [k for k, stride in enumerate(b.strides) if stride and k != j] + [j]
+        dims = tuple(flat.ranges[k] for k in variables)
+        shape = TensorShape(b.dtype, dims)
+        packed_strides = dict(zip(variables, row_major(dims), strict=True))
+        packed = FlatAccess(
+            buffer,
+            b.dtype,
+            dims,
+            0,
+            tuple(packed_strides.get(k, 0) for k in range(len(flat.ranges))),
+        )
+        main = replace(
+            flat,
+            access=tuple(packed if access is b else access for access in flat.access),
+        )
+        if vector_shape(main, settings.vec_size) is None:
+            return None
+        context = ProgramContext(
+            {**context.bindings, buffer: TensorBinding(shape)},
+            {**context.buffer_of, buffer: buffer},
+            {**context.shapes, buffer: shape},
+        )
+        copy = FlatContraction(
+            statement=f"{buffer} = {b.tensor} packed for {flat.statement}",
+            names=tuple(flat.names[k] for k in variables),
+            outputs=len(variables),
+            ranges=dims,
+            derived=(),
+            access=(
+                FlatAccess(buffer, b.dtype, dims, 0, row_major(dims)),
+                replace(b, strides=tuple(b.strides[k] for k in variables)),
+            ),
+            constraints=(),
+            agg=AggOp.SUM,
+            comb=CombOp.NONE,
+            dtype=b.dtype,
+        )
+        copy_op = replace(op, output=buffer, inputs=(b.tensor,))
+        copy_plan = KernelPlan(PlanKind.CONTRACTION, dims, (copy_op,), (buffer,))
+        return Pack((copy_plan, copy), (plan, main), buffer, context)
+    return None
+
+
+def _inside(flat: FlatContraction, access: FlatAccess) -> bool:
+    """Whether `access` stays inside its tensor for every value of every variable (nothing
+    guards the pack kernel's reads)."""
+    if any(stride < 0 for stride in access.strides) or access.offset < 0:
+        return False
+    last = access.offset + sum(
+        stride * (flat.ranges[k] - 1) for k, stride in enumerate(access.strides) if stride
+    )
+    return last < product(access.dims)
