@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 
 import tile
+from tests.fuzz.check import check
+from tests.fuzz.programs import Case
 from tests.shipped import SHIPPED, shipped_devices
 
 SIZES = (1, 3, 4, 7, 8, 9, 16, 17)
@@ -132,3 +134,19 @@ def test_triangular_and_masked_maxima(
     masked = run(source, device, K=keys, X=x, Q=np.arange(3, dtype=np.int32))["O"]
     want = [min(0.0, float(x[keys == q].min())) for q in range(3)]
     np.testing.assert_array_equal(masked, np.array(want, np.float32))
+
+
+@pytest.mark.parametrize("device_id", SHIPPED)
+@pytest.mark.parametrize("agg", ["+", ">", "<"])
+def test_lane_reductions_with_a_partial_last_step(
+    device_id: str, agg: str, devices: dict[str, tile.Device]
+) -> None:
+    """Row reductions whose length is no multiple of the lanes (issue 11: they ran without
+    lanes): the last step feeds only the lanes below the remainder. Poisoned outputs
+    (`tests.fuzz.check`), the reference evaluator in float64."""
+    source = f"function (X[M, K]) -> (O) {{ O[m: M] = {agg}(X[m, k]); }}"
+    rng = np.random.default_rng(len(agg))
+    for columns in (17, 33, 65, 127, 129, 200, 257, 3001):
+        x = distinct(rng, 5, columns)
+        outcome = check(Case("reduce", source, {"X": x}), devices[device_id])
+        assert outcome.kind == "ok", (columns, outcome)

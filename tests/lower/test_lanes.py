@@ -40,7 +40,8 @@ def rand(*shape: int, dtype: type = np.float32, seed: int = 0) -> np.ndarray:
 
 
 @pytest.mark.parametrize(
-    ("k", "lanes"), [(4096, 64), (96, 32), (48, 16), (24, 8), (16, 8), (12, 1)]
+    ("k", "lanes"),
+    [(4096, 64), (96, 32), (48, 16), (24, 8), (16, 8), (12, 1), (3001, 64), (127, 32), (17, 8)],
 )
 def test_lane_count_follows_the_reduction_length(k: int, lanes: int) -> None:
     assert lanes_of(ROW_SUM, {"X": rand(3, k)}) == lanes
@@ -79,6 +80,23 @@ def test_reductions_in_lanes_match_numpy(
     got = run_program(source, {"X": x}, settings)["O"]  # type: ignore[arg-type]
     tolerance = 2e-2 if dtype == np.float16 else 1e-5
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=tolerance, atol=tolerance)
+
+
+@pytest.mark.parametrize("k", [16, 17, 23, 63, 65, 127, 129, 257, 3001])
+@pytest.mark.parametrize(("source", "reference"), CASES, ids=["sum", "max", "min", "epilogue"])
+@pytest.mark.parametrize("settings", [LLVM_CPU, SCALAR], ids=["llvm_cpu", "scalar"])
+def test_ragged_reduction_lengths_end_with_a_partial_step(
+    source: str, reference: object, k: int, settings: object
+) -> None:
+    """A length that is no multiple of the lanes: the last step feeds only the lanes below
+    the remainder (a lane past the end would read the next row, or past the buffer, which the
+    reference interpreter refuses)."""
+    x = rand(3, k, seed=k)
+    x[1, -1] = 50.0  # the very last element decides the max of row 1
+    x[2, -1] = -50.0  # and the min of row 2
+    want = reference(x.astype(np.float64))  # type: ignore[operator]
+    got = run_program(source, {"X": x}, settings)["O"]  # type: ignore[arg-type]
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=1e-5, atol=1e-4)
 
 
 def test_operands_and_reduction_shapes_match_numpy() -> None:

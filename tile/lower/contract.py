@@ -24,9 +24,11 @@ element must have (0 for `+` and `=` without a default).
 
 Lanes: a float `+`, `>` or `<` reduction whose innermost reduction variable `k` is contiguous
 (stride 1 or 0) in every operand keeps `lanes` partial results per element, lane `l` taking
-`k = c * lanes + l`, and folds them pairwise after the loops. The lanes are independent, so
-the innermost loop vectorizes without reassociating floating-point operations, and the
-summation order is the same on every device that runs these kernels.
+`k = c * lanes + l`, and folds them pairwise after the loops. A range that is no multiple of
+`lanes` ends with one partial step, `c` = range // lanes, in which only the lanes below the
+remainder take a value. The lanes are independent, so the innermost loop vectorizes without
+reassociating floating-point operations, and the summation order is the same on every device
+that runs these kernels.
 """
 
 from __future__ import annotations
@@ -145,6 +147,7 @@ class _GroupKernel:
         self.variables: dict[int, Expr] = {}
         self.inner_guards: list[FlatConstraint] = []
         self.lane_k, self.lanes = -1, 1  # the reduction variable split into lanes (above)
+        self.lane_stop = 1  # lanes the step being written runs (fewer in the last step)
         self.lane_counter = self.lane = ""
 
     # ---- structure -----------------------------------------------------------------------------
@@ -247,13 +250,24 @@ class _GroupKernel:
             used = {k for k, c in enumerate(constraint.lhs) if c}
             target = outer_guards if used <= set(reductions) else self.inner_guards
             target.append(constraint)
+        self.lane_stop = self.lanes
         body: Stmt = self.tile_loops("r", self.contribute)
+        tail: Stmt | None = None
+        remainder = flat.ranges[self.lane_k] % self.lanes if self.lanes > 1 else 0
+        if remainder:  # the last, partial step of the lanes: lanes below the remainder
+            self.lane_stop = remainder
+            tail = self.tile_loops("t", self.contribute)
+            self.lane_stop = self.lanes
         condition = conjunction([self.guard(c) for c in outer_guards])
         if condition is not None:
             body = sb.if_(condition, body)
+            tail = None if tail is None else sb.if_(condition, tail)
         for k, counter in reversed(list(zip(reductions, counters, strict=True))):
             count = flat.ranges[k] // (self.lanes if k == self.lane_k else 1)
             body = For(counter, count, 1, _block(body))
+            if k == self.lane_k and tail is not None:
+                last = sb.block(sb.declare(Type.index(), counter, count), tail)
+                body = sb.block(body, last)
         statements.append(body)
         if self.lanes > 1:
             statements.append(self.tile_loops("f", self.fold))
@@ -309,7 +323,7 @@ class _GroupKernel:
         if self.lanes > 1:
             index = affine([(self.lanes, tile.index), (1, Load(Lookup(self.lane)))])
             update: list[Stmt] = [
-                For(self.lane, self.lanes, 1, _block(self.update(index, operands)))
+                For(self.lane, self.lane_stop, 1, _block(self.update(index, operands)))
             ]
         else:
             update = self.update(tile.index, operands)
@@ -448,6 +462,6 @@ def lane_split(flat: FlatContraction, tiles: Sequence[int], acc_dtype: DType) ->
         return -1, 1
     for lanes in (64, 32, 16, 8):
         count = flat.ranges[k]
-        if count % lanes == 0 and count >= 2 * lanes and product(tiles) * lanes <= 256:
+        if count >= 2 * lanes and product(tiles) * lanes <= 256:
             return k, lanes
     return -1, 1
