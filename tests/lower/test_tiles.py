@@ -10,8 +10,9 @@ import pytest
 import tile
 from semtree.kernel import KernelKind
 from tests.lower.harness import LLVM_CPU, SCALAR, run_program
+from tests.shipped import SHIPPED
 from tile.lower.generate import generate_program
-from tile.lower.tiles import TRANSPOSE_TILE, choose_tiles
+from tile.lower.tiles import STREAM_VECTORS, TRANSPOSE_TILE, choose_tiles
 
 TRANSPOSE = "function (I[M, N]) -> (O) { O[n, m: N, M] = =(I[m, n]); }"
 PERMUTE = "function (I[A, B, C]) -> (O) { O[c, a, b: C, A, B] = =(I[a, b, c]); }"
@@ -37,6 +38,31 @@ def test_policy() -> None:
     lanes = choose_tiles((64, 64), LLVM_CPU, reduction_points=256, accumulator_bytes=4, lanes=64)
     assert lanes == (1, 1)
 
+
+
+def test_streaming_reductions_get_wide_strips() -> None:
+    """A reduction reading the last output dimension contiguously (a column sum): strips of
+    STREAM_VECTORS vectors, one row, narrower where the cores would run out of groups."""
+    wide = STREAM_VECTORS * LLVM_CPU.vec_size
+    streams = {"reduction_points": 4096, "accumulator_bytes": 4, "streams": True}
+    assert choose_tiles((3001,), LLVM_CPU, **streams) == (wide,)
+    assert choose_tiles((16, 300), LLVM_CPU, **streams) == (1, wide)
+    assert choose_tiles((200,), LLVM_CPU, **streams) == (LLVM_CPU.vec_size,)  # 13 groups
+    assert choose_tiles((5,), LLVM_CPU, **streams) == (5,)
+    column_sum = "function (X[M, N]) -> (O) { O[n: N] = +(X[m, n]); }"
+    assert tiles_of(column_sum, {"X": np.zeros((50, 3001), np.float32)}) == (wide,)
+
+
+@pytest.mark.parametrize("n", [1, 15, 63, 64, 65, 200, 1025])
+def test_column_reductions_in_strips(n: int) -> None:
+    x = np.random.default_rng(n).standard_normal((37, n)).astype(np.float32)
+    for agg, reduce in (("+", np.sum), (">", np.max)):
+        source = f"function (X[M, N]) -> (O) {{ O[n: N] = {agg}(X[m, n]); }}"
+        want = reduce(x.astype(np.float64), axis=0)
+        np.testing.assert_allclose(run_program(source, {"X": x})["O"], want, rtol=1e-5, atol=1e-5)
+        for device in SHIPPED:
+            got = tile.run(source, {"X": x}, device=device)["O"]
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 def test_transpositions_get_square_tiles() -> None:
     t = TRANSPOSE_TILE

@@ -215,6 +215,7 @@ def _tiles(
     accumulator_bytes = 4
     lanes = 1
     crosswise = None
+    streams = False
     if flat is not None and not flat.empty:
         points = product(flat.ranges[k] for k in flat.reductions)
         acc_dtype = accumulator_dtype(flat.dtype)
@@ -225,6 +226,8 @@ def _tiles(
             if last >= 0 and access.strides[last] != 1:
                 contiguous = [k for k in range(last) if access.strides[k] == 1]
                 crosswise = contiguous[0] if contiguous else crosswise
+        streams = last >= 0 and all(access.strides[last] in (0, 1) for access in flat.operands)
+        streams = streams and any(access.strides[last] for access in flat.operands)
     return choose_tiles(
         plan.shape,
         settings,
@@ -232,6 +235,7 @@ def _tiles(
         accumulator_bytes=accumulator_bytes,
         lanes=lanes,
         crosswise=crosswise,
+        streams=streams,
     )
 
 
