@@ -28,10 +28,10 @@ from llvmlite import ir
 
 from hal_llvm.render_arith import float_operation, integer_operation
 from hal_llvm.render_convert import Converter
+from hal_llvm.render_lanes import lane_mask, masked_load, masked_store
 from hal_llvm.render_math import Declarations, emit_builtin
 from hal_llvm.render_types import (
     I1,
-    I32,
     I64,
     INDEX,
     Typed,
@@ -242,45 +242,15 @@ class ExpressionEmitter(Converter):
             case _:
                 raise UnsupportedNode(ref)
 
-    def _lane_mask(self, count: Expr, width: int) -> ir.Value:
-        """`<width x i1>`: lane < count."""
-        limit = self.index(count)
-        limit = self.builder.select(
-            self.builder.icmp_signed("<", limit, ir.Constant(I64, width)),
-            limit,
-            ir.Constant(I64, width),
-        )
-        lanes = ir.VectorType(I32, width)
-        splat = self.builder.insert_element(
-            ir.Constant(lanes, ir.Undefined), self.builder.trunc(limit, I32), ir.Constant(I32, 0)
-        )
-        splat = self.builder.shuffle_vector(
-            splat, ir.Constant(lanes, ir.Undefined), ir.Constant(lanes, [0] * width)
-        )
-        iota = ir.Constant(lanes, list(range(width)))
-        return self.builder.icmp_signed("<", iota, splat)
-
     def _masked(self, ref: Lanes, value: ir.Value | None = None) -> ir.Value:
         """A masked load of `ref` (value None) or a masked store of `value` to it."""
         assert ref.count is not None
         address = self.address(ref)
-        vector = memory_type(address.type)
-        mask = self._lane_mask(ref.count, ref.width)
-        alignment = ir.Constant(I32, address.alignment or 1)
-        suffix = f"{intrinsic_suffix(vector)}.p0"
-        masks = ir.VectorType(I1, ref.width)
+        mask = lane_mask(self.builder, self.index(ref.count), ref.width)
+        access = (self.builder, self.declarations, address.pointer, address.alignment or 1, mask)
         if value is None:
-            function = self.declarations.function(
-                f"llvm.masked.load.{suffix}", vector, [address.pointer.type, I32, masks, vector]
-            )
-            zero = ir.Constant(vector, None)
-            return self.builder.call(function, [address.pointer, alignment, mask, zero])
-        function = self.declarations.function(
-            f"llvm.masked.store.{suffix}",
-            ir.VoidType(),
-            [vector, address.pointer.type, I32, masks],
-        )
-        return self.builder.call(function, [value, address.pointer, alignment, mask])
+            return masked_load(*access, memory_type(address.type))
+        return masked_store(*access, value)
 
     def _alignment(self, base: LValue, element: Type) -> int:
         """The alignment of a buffer element: a subscript of an aligned parameter in units

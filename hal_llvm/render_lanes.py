@@ -1,0 +1,61 @@
+"""Counted `semtree.Lanes` accesses in LLVM IR: masked loads and stores of the lanes below a
+count (`llvm.masked.load`/`llvm.masked.store`, which AVX-512 runs as k-masked moves)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from llvmlite import ir
+
+from hal_llvm.render_types import I32, I64, intrinsic_suffix
+
+if TYPE_CHECKING:
+    from hal_llvm.render_math import Declarations
+
+
+def lane_mask(builder: ir.IRBuilder, count: ir.Value, width: int) -> ir.Value:
+    """`<width x i1>`: lane < `count` (an i64; any value, negative included)."""
+    limit = builder.select(
+        builder.icmp_signed("<", count, ir.Constant(I64, width)), count, ir.Constant(I64, width)
+    )
+    lanes = ir.VectorType(I32, width)
+    splat = builder.insert_element(
+        ir.Constant(lanes, ir.Undefined), builder.trunc(limit, I32), ir.Constant(I32, 0)
+    )
+    splat = builder.shuffle_vector(
+        splat, ir.Constant(lanes, ir.Undefined), ir.Constant(lanes, [0] * width)
+    )
+    return builder.icmp_signed("<", ir.Constant(lanes, list(range(width))), splat)
+
+
+def masked_load(
+    builder: ir.IRBuilder,
+    declarations: Declarations,
+    pointer: ir.Value,
+    alignment: int,
+    mask: ir.Value,
+    vector: ir.Type,
+) -> ir.Value:
+    """The lanes of `mask` read from `pointer`, 0 in the others."""
+    name = f"llvm.masked.load.{intrinsic_suffix(vector)}.p0"
+    function = declarations.function(name, vector, [pointer.type, I32, mask.type, vector])
+    arguments = [pointer, ir.Constant(I32, alignment), mask, ir.Constant(vector, None)]
+    return builder.call(function, arguments)
+
+
+def masked_store(
+    builder: ir.IRBuilder,
+    declarations: Declarations,
+    pointer: ir.Value,
+    alignment: int,
+    mask: ir.Value,
+    value: ir.Value,
+) -> ir.Value:
+    """Store the lanes of `mask` of `value` to `pointer`; the other elements untouched."""
+    vector = value.type
+    function = declarations.function(
+        f"llvm.masked.store.{intrinsic_suffix(vector)}.p0",
+        ir.VoidType(),
+        [vector, pointer.type, I32, mask.type],
+    )
+    return builder.call(function, [value, pointer, ir.Constant(I32, alignment), mask])
