@@ -91,58 +91,34 @@ def generate_program(
                 contraction = kernel_plan.contraction
                 if contraction is not None:
                     flat = flatten(contraction, bound.bindings)
-                split = None
+                before = None  # a kernel filling a temporary that this one reads
                 if settings.threads == 1:
-                    split = split_reduction(kernel_plan, flat, context, settings, f"_P{index}")
-                if split is not None:  # the partials kernel now; the total below, as usual
-                    context = split.context
-                    shapes[split.buffer] = context.shapes[split.buffer]
-                    temporaries.append(split.buffer)
-                    part_plan, part_flat = split.partials
-                    part_tiles = _tiles(part_plan, part_flat, settings)
-                    part_name = f"{name}_part"
+                    before = split_reduction(
+                        kernel_plan, flat, context, settings, f"_P{index}"
+                    ) or pack_operand(kernel_plan, flat, context, settings, f"_B{index}")
+                if before is not None:  # the first kernel now; the second below, as usual
+                    context = before.context
+                    shapes[before.buffer] = context.shapes[before.buffer]
+                    temporaries.append(before.buffer)
+                    first_plan, first_flat = before.first
+                    first_tiles = _tiles(first_plan, first_flat, settings)
+                    first_name = f"{name}_{before.suffix}"
                     generated = generate_group(
-                        part_plan, part_flat, context, settings, part_tiles, part_name
+                        first_plan, first_flat, context, settings, first_tiles, first_name
                     )
                     kernels.append(
                         _info(
-                            part_name,
-                            part_plan,
+                            first_name,
+                            first_plan,
                             generated,
-                            part_flat,
-                            part_tiles,
+                            first_flat,
+                            first_tiles,
                             (1, 1, 1),
                             context,
                             bodies,
                         )
                     )
-                    kernel_plan, flat = split.total
-                pack = None
-                if split is None and settings.threads == 1:
-                    pack = pack_operand(kernel_plan, flat, context, settings, f"_B{index}")
-                if pack is not None:  # the pack kernel now; the contraction below, as usual
-                    context = pack.context
-                    shapes[pack.buffer] = context.shapes[pack.buffer]
-                    temporaries.append(pack.buffer)
-                    pack_plan, pack_flat = pack.pack
-                    pack_tiles = _tiles(pack_plan, pack_flat, settings)
-                    pack_name = f"{name}_pack"
-                    generated = generate_group(
-                        pack_plan, pack_flat, context, settings, pack_tiles, pack_name
-                    )
-                    kernels.append(
-                        _info(
-                            pack_name,
-                            pack_plan,
-                            generated,
-                            pack_flat,
-                            pack_tiles,
-                            (1, 1, 1),
-                            context,
-                            bodies,
-                        )
-                    )
-                    kernel_plan, flat = pack.main
+                    kernel_plan, flat = before.then
                 # CPU fast path: register-tiled vector kernels for plain +(A * B).
                 vector = None
                 if settings.threads == 1:

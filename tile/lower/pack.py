@@ -21,16 +21,16 @@ where the vector kernel would take the packed form.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from semtree.types import DType, TensorShape
-from tile.bind.program import TensorBinding
 from tile.lang.syntax import AggOp, CombOp
 from tile.lower.flat import FlatAccess, FlatContraction
 from tile.lower.flatten import row_major
 from tile.lower.fuse import KernelPlan, PlanKind
 from tile.lower.kernel import ProgramContext, product
+from tile.lower.split import Split, with_temporary
 from tile.lower.vector import vector_shape
 
 if TYPE_CHECKING:
@@ -47,24 +47,13 @@ SOME_ROWS = 16
 SHORT_REDUCTION = 512
 
 
-@dataclass(frozen=True, slots=True)
-class Pack:
-    """The pack kernel, the contraction reading the packed copy, and the context that knows
-    the temporary (`context.shapes[buffer]`)."""
-
-    pack: tuple[KernelPlan, FlatContraction]
-    main: tuple[KernelPlan, FlatContraction]
-    buffer: str  # the temporary P
-    context: ProgramContext
-
-
 def pack_operand(
     plan: KernelPlan,
     flat: FlatContraction | None,
     context: ProgramContext,
     settings: HardwareSettings,
     buffer: str,
-) -> Pack | None:
+) -> Split | None:
     """The packed form of `plan` (module docstring), or None where it is not needed or not
     possible."""
     op = plan.contraction
@@ -118,11 +107,7 @@ def pack_operand(
         )
         if vector_shape(main, settings.vec_size) is None:
             return None
-        context = ProgramContext(
-            {**context.bindings, buffer: TensorBinding(shape)},
-            {**context.buffer_of, buffer: buffer},
-            {**context.shapes, buffer: shape},
-        )
+        context = with_temporary(context, buffer, shape)
         copy = FlatContraction(
             statement=f"{buffer} = {b.tensor} packed for {flat.statement}",
             names=tuple(flat.names[k] for k in variables),
@@ -140,7 +125,7 @@ def pack_operand(
         )
         copy_op = replace(op, output=buffer, inputs=(b.tensor,))
         copy_plan = KernelPlan(PlanKind.CONTRACTION, dims, (copy_op,), (buffer,))
-        return Pack((copy_plan, copy), (plan, main), buffer, context)
+        return Split((copy_plan, copy), (plan, main), buffer, context, "pack")
     return None
 
 

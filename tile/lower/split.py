@@ -37,13 +37,25 @@ MIN_SPLIT_TUPLES = 1 << 20
 
 @dataclass(frozen=True, slots=True)
 class Split:
-    """The two kernels of a split reduction and the context that knows their temporary (its
-    shape is `context.shapes[buffer]`)."""
+    """Two kernels in place of one: `first` fills the temporary `buffer`, `then` reads it (a
+    split reduction's partials and total, `tile.lower.pack`'s pack kernel and contraction);
+    `context` knows the temporary (its shape is `context.shapes[buffer]`); the first kernel is
+    named `<kernel>_<suffix>`."""
 
-    partials: tuple[KernelPlan, FlatContraction]
-    total: tuple[KernelPlan, FlatContraction]
-    buffer: str  # the temporary P
+    first: tuple[KernelPlan, FlatContraction]
+    then: tuple[KernelPlan, FlatContraction]
+    buffer: str
     context: ProgramContext
+    suffix: str
+
+
+def with_temporary(context: ProgramContext, buffer: str, shape: TensorShape) -> ProgramContext:
+    """`context` that also knows the temporary `buffer` of `shape`."""
+    return ProgramContext(
+        {**context.bindings, buffer: TensorBinding(shape)},
+        {**context.buffer_of, buffer: buffer},
+        {**context.shapes, buffer: shape},
+    )
 
 
 def split_reduction(
@@ -79,11 +91,7 @@ def split_reduction(
     if not parts:
         return None
     shape = TensorShape(acc_dtype, (parts, *plan.shape))
-    context = ProgramContext(
-        {**context.bindings, buffer: TensorBinding(shape)},
-        {**context.buffer_of, buffer: buffer},
-        {**context.shapes, buffer: shape},
-    )
+    context = with_temporary(context, buffer, shape)
     output = flat.output
     piece = count // parts
     # Partials: a new leading coordinate p; k covers one piece.
@@ -121,4 +129,4 @@ def split_reduction(
     total_plan = KernelPlan(
         PlanKind.CONTRACTION, plan.shape, (replace(op, inputs=(buffer,)),), plan.stores
     )
-    return Split((partials_plan, partials), (total_plan, total), buffer, context)
+    return Split((partials_plan, partials), (total_plan, total), buffer, context, "part")
