@@ -235,6 +235,29 @@ def unary(op: UnOp, operand: Text, type_: Type) -> Text:
 # ---- helper functions -----------------------------------------------------------------------
 
 
+def min_max(larger: bool, arguments: list[Text], type_: Type, helpers: Helpers) -> Text:
+    """`max(a, b)` (`larger`) or `min(a, b)` through a small helper of this program: as C's
+    `fmax`/`fmin` for floats (a NaN operand is ignored), plain comparison for integers. Not
+    the OpenCL builtins: PoCL 3.0 calls its library's `max`, `fmax`, `mad` ... out of line,
+    a call per lane group in the innermost loop, while a program's own functions are
+    inlined."""
+    name = register_name(type_)
+    helper = f"tile_{'max' if larger else 'min'}_{name}"
+    order = ">" if larger else "<"
+    test = f"((a {order} b) | (b != b))" if type_.is_float else f"a {order} b"
+    ignored = ", a NaN operand ignored" if type_.is_float else ""
+    source = "\n".join(
+        [
+            f"// {'max' if larger else 'min'}(a, b){ignored}",
+            f"{name} {helper}({name} a, {name} b) {{",
+            f"  return {test} ? a : b;",
+            "}",
+        ]
+    )
+    width = type_.vec_width
+    return call(helpers.use(helper, source), [broadcast(text, width) for text in arguments], type_)
+
+
 def division_helper(op: BinOp, type_: Type, helpers: Helpers) -> str:
     """The name of the guarded `/` or `%` helper for `type_`, registering its source."""
     name = register_name(type_)

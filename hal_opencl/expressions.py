@@ -9,8 +9,10 @@ computes what the reference interpreter computes:
 - `Cond`/`Select` with a scalar condition print as `c ? a : b`, with a vector condition as
   `select(other, then, mask)`; a vector `Cond` whose branches read memory evaluates a branch
   only where some lane chooses it (`any`/`all`), as the reference does;
-- float `a * b + c` and `MAD` print as `mad(a, b, c)` (plain arithmetic under `disable_mad`);
-- `Clamp` prints as `min(max(x, lo), hi)` (`fmin`/`fmax` for floats), never as OpenCL's
+- `MAD` prints as `a * b + c`, which the compiler contracts to a fused multiply-add (not
+  under `disable_mad`: `#pragma OPENCL FP_CONTRACT OFF`); `MAX`/`MIN` call small helpers of
+  the program (`arithmetic.min_max`), not the builtins, which PoCL 3.0 never inlines;
+- `Clamp` prints as `min(max(x, lo), hi)` with those helpers, never as OpenCL's
   `clamp`, which is undefined when a bound converted to the common type makes lo > hi;
   `fast_math` uses `native_exp/log/sqrt/recip` for float;
 - loads and stores through half pointers without cl_khr_fp16 use `vload_half[N]` and
@@ -27,6 +29,7 @@ from hal_opencl.arithmetic import (
     call,
     infix,
     integer_arithmetic,
+    min_max,
     round_to_half,
     unary,
 )
@@ -143,37 +146,50 @@ class ExpressionRenderer(CPrinter):
                 raise UnsupportedNode(ref)
 
     def lanes(self, ref: Lanes, value: str | None = None) -> str:
-        """A load of `ref` (value None), or a store of the vector `value` to it: `vloadN` and
-        `vstoreN` at any element, or, with a count, a helper that touches only its lanes."""
+        """A load of `ref` (value None), or a store of the vector `value` to it: a vector
+        access through a pointer of element alignment at any element, or, with a count, a
+        helper that touches only its lanes. Not `vloadN`/`vstoreN`, which PoCL 3.0 calls out
+        of line."""
         base = lvalue_type(ref.base, self.scope, self.native_fp16)
         assert base.dtype is not None
         pointer, offset = self.lvalue(ref.base), self.value(ref.offset).code
         width = ref.width
-        if ref.count is None:
-            if value is None:
-                return f"vload{width}(0, {pointer} + ({offset}))"
-            return f"vstore{width}({value}, 0, {pointer} + ({offset}));"
         scalar, vector = vector_name(base.dtype), vector_name(base.dtype, width)
         space = REGIONS[base.region]
+        unaligned = self.helpers.use_type(
+            f"tile_unaligned_{vector}",
+            f"typedef {vector} tile_unaligned_{vector} "
+            f"__attribute__((aligned({base.dtype.itemsize})));",
+        )
+        prefix = f"{space} " if space else ""
+        if ref.count is None:
+            const = "const " if value is None else ""
+            access = f"*({prefix}{const}{unaligned}*)({pointer} + ({offset}))"
+            return access if value is None else f"{access} = {value};"
         action = "load" if value is None else "store"
         name = f"tile_lanes_{action}{width}_{space.strip('_') or 'private'}_{scalar}"
         count = self.value(ref.count).code
         if value is None:
             lines = [
                 f"// lanes [0, n) of the {width} elements at p, 0 in the others, read alone",
-                f"{vector} {name}(const {space} {scalar}* p, int n) {{",
+                f"{vector} {name}(const {prefix}{scalar}* p, int n) {{",
+                f"  if (n >= {width}) return *(const {prefix}{unaligned}*)p;",
                 f"  {scalar} lanes[{width}];",
                 f"  for (int i = 0; i < {width}; i++) lanes[i] = i < n ? p[i] : ({scalar})0;",
-                f"  return vload{width}(0, lanes);",
+                f"  return *({unaligned}*)lanes;",
                 "}",
             ]
             self.helpers.use(name, "\n".join(lines))
             return f"{name}({pointer} + ({offset}), {count})"
         lines = [
             "// lanes [0, n) of x stored at p; the other elements untouched",
-            f"void {name}({space} {scalar}* p, int n, {vector} x) {{",
+            f"void {name}({prefix}{scalar}* p, int n, {vector} x) {{",
+            f"  if (n >= {width}) {{",
+            f"    *({prefix}{unaligned}*)p = x;",
+            "    return;",
+            "  }",
             f"  {scalar} lanes[{width}];",
-            f"  vstore{width}(x, 0, lanes);",
+            f"  *({unaligned}*)lanes = x;",
             f"  for (int i = 0; i < {width} && i < n; i++) p[i] = lanes[i];",
             "}",
         ]
@@ -267,8 +283,8 @@ class ExpressionRenderer(CPrinter):
         common type can be: `clamp(uchar, -2, 3)` has lo = 254; Intel's OpenCL then gives
         254, the reference 3). A float NaN gives lo, then min(lo, hi), as with fmax/fmin."""
         common, (value, low, high) = self.common_arguments(args)
-        larger, smaller = ("fmax", "fmin") if common.is_float else ("max", "min")
-        return call(smaller, [call(larger, [value, low], common), high], common)
+        larger = min_max(True, [value, low], common, self.helpers)
+        return min_max(False, [larger, high], common, self.helpers)
 
     def limit_text(self, which: Limit, dtype: DType) -> Text:
         register = value_type(Type.value(dtype), self.native_fp16)
@@ -323,15 +339,7 @@ class ExpressionRenderer(CPrinter):
         return integer_arithmetic(op, left, right, common, self.helpers)
 
     def float_arithmetic(self, op: BinOp, left: Text, right: Text, common: Type) -> Text:
-        if op is BinOp.ADD and not self.options.disable_mad:
-            for product, addend in ((left, right), (right, left)):
-                if product.factors is not None and product.type == common:
-                    factors = [convert(factor, common) for factor in product.factors]
-                    return call("mad", [*factors, convert(addend, common)], common)
-        result = infix(op.value, PRECEDENCE[op], left, right, common)
-        if op is BinOp.MUL:
-            return Text(result.code, result.precedence, common, factors=(left, right))
-        return result
+        return infix(op.value, PRECEDENCE[op], left, right, common)
 
     def compare(self, op: BinOp, left: Text, right: Text, common: Type) -> Text:
         width = common.vec_width
@@ -430,10 +438,8 @@ class ExpressionRenderer(CPrinter):
                 return call("fabs", arguments, common)
             case Builtin.ABS if element_dtype(common).is_signed:  # abs() returns unsigned
                 return Text(f"as_{register_name(common)}(abs({arguments[0].code}))", ATOM, common)
-            case Builtin.MAX | Builtin.MIN if common.is_float:
-                return call("f" + fn.value, arguments, common)
-            case Builtin.MAD if common.is_float and not self.options.disable_mad:
-                return call("mad", arguments, common)
+            case Builtin.MAX | Builtin.MIN:
+                return min_max(fn is Builtin.MAX, arguments, common, self.helpers)
             case Builtin.MAD if common.is_float:
                 product = infix("*", MULTIPLY, arguments[0], arguments[1], common)
                 return infix("+", ADD, product, arguments[2], common)

@@ -9,6 +9,7 @@ Layout of a program:
     // header naming the kernels
     #pragma OPENCL EXTENSION cl_khr_fp64 : enable     only when a kernel uses double
     #pragma OPENCL EXTENSION cl_khr_fp16 : enable     only for native half that is used
+    #pragma OPENCL FP_CONTRACT OFF                     only under settings.disable_mad
     helper functions (guarded division, half rounding), each once, sorted by name
     each distinct kernel body once, preceded by its KernelInfo comments and launch summary
 
@@ -134,6 +135,8 @@ def render_program(kernel_list: KernelList, options: RenderOptions) -> ProgramSo
         header.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
     if DType.FLOAT16 in used and options.native_fp16:
         header.append("#pragma OPENCL EXTENSION cl_khr_fp16 : enable")
+    if options.disable_mad:  # `a * b + c` rounds the product: never a fused multiply-add
+        header.append("#pragma OPENCL FP_CONTRACT OFF")
     parts = ["\n".join(header) + "\n", *(helper + "\n" for helper in helpers), *sections]
     entry_points = tuple(
         None if info.body is None else info.body.name for info in kernel_list.kernels

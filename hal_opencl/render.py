@@ -14,11 +14,15 @@ which types and spells every expression) that overrides the kernel-level spellin
   on devices without cl_khr_fp16 (rule 7), and stores convert to the memory form;
 - `__local` declarations are hoisted to kernel scope (OpenCL allows them nowhere else); their
   initialisers stay where they were;
-- conditions of `if` and `while` are made integers (OpenCL refuses some float conditions).
+- conditions of `if` and `while` are made integers (OpenCL refuses some float conditions);
+- loop nests of constant counts that unroll into at most `UNROLL_LIMIT` statements (register
+  tiles, accumulator fills) carry `#pragma unroll`: PoCL 3.0 leaves them rolled and keeps
+  the accumulator arrays in memory (a 512^2 matmul ran 3x slower).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -32,8 +36,10 @@ from hal_opencl.spelling import (
     vector_name,
 )
 from semtree.nodes import (
+    Block,
     Declare,
     Expr,
+    For,
     Function,
     If,
     Lanes,
@@ -53,6 +59,8 @@ from semtree.typing import (
 
 if TYPE_CHECKING:
     from semtree.kernel import HardwareSettings
+
+UNROLL_LIMIT = 64  # statements a fully unrolled loop nest may become
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +169,10 @@ class OpenCLRenderer(ExpressionRenderer):
                 lines = [f"{pad}// {stmt.span}"] if stmt.span else []
                 lines.append(f"{pad}while ({self.condition(cond)}) {{")
                 return [*lines, *self.body(body, depth + 1), pad + "}"]
+            case For() if unrolled_size(stmt) <= UNROLL_LIMIT:
+                lines = super().statement(stmt, depth)
+                at = next(n for n, line in enumerate(lines) if line.startswith(f"{pad}for ("))
+                return [*lines[:at], f"{pad}#pragma unroll", *lines[at:]]
             case _:
                 return super().statement(stmt, depth)
 
@@ -193,8 +205,10 @@ class OpenCLRenderer(ExpressionRenderer):
         value = self.stored(init, type_.element()).code
         counter = f"{name}_fill"
         loop = f"for (int {counter} = 0; {counter} < {type_.array}; {counter} += 1)"
-        fill = f"{pad}{loop} {name}[{counter}] = {value};"
-        return [fill] if hoisted else [head + ";", fill]
+        fill = [f"{pad}{loop} {name}[{counter}] = {value};"]
+        if type_.array <= UNROLL_LIMIT:
+            fill.insert(0, f"{pad}#pragma unroll")
+        return fill if hoisted else [head + ";", *fill]
 
     def store(self, ref: LValue, value: Expr) -> str:
         target = lvalue_type(ref, self.scope, self.native_fp16)
@@ -219,6 +233,22 @@ class OpenCLRenderer(ExpressionRenderer):
             return Text(f"-{mask.at(UNARY)}", UNARY, target)  # -1 lanes become char 1
         register = value_type(target, self.native_fp16)
         return self.typed(value, self._render(value), register)
+
+
+def unrolled_size(stmt: Stmt) -> float:
+    """The statements `stmt` becomes once its constant loops are unrolled (inf with a
+    `while`)."""
+    match stmt:
+        case For(_, count, _, body):
+            return count * unrolled_size(body)
+        case Block(stmts):
+            return sum(unrolled_size(inner) for inner in stmts)
+        case If(_, then, other):
+            return 1 + unrolled_size(then) + (0 if other is None else unrolled_size(other))
+        case While():
+            return math.inf
+        case _:
+            return 1
 
 
 def hoisted_locals(function: Function) -> list[Declare]:

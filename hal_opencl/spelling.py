@@ -21,6 +21,7 @@ always explicit, and results are converted back to the semtree type.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -81,7 +82,6 @@ class Text:
     type: Type
     lanes: DType | None = None
     constant: int | float | None = None
-    factors: tuple[Text, Text] | None = field(default=None, compare=False)  # of a float `*`
     # The same value in the unsigned domain of wrapping arithmetic, for results of it.
     unsigned: Text | None = field(default=None, compare=False)
 
@@ -91,20 +91,27 @@ class Text:
 
 
 class Helpers:
-    """The helper functions one program needs, by name; emitted once each, sorted by name."""
+    """The helper types and functions one program needs, by name; emitted once each, types
+    first, each kind sorted by name."""
 
     def __init__(self) -> None:
         self.functions: dict[str, str] = {}
+        self.types: dict[str, str] = {}
 
     def use(self, name: str, source: str) -> str:
         self.functions.setdefault(name, source)
         return name
 
+    def use_type(self, name: str, source: str) -> str:
+        self.types.setdefault(name, source)
+        return name
+
     def __iter__(self) -> Iterator[str]:
-        return (self.functions[name] for name in sorted(self.functions))
+        types = (self.types[name] for name in sorted(self.types))
+        return itertools.chain(types, (self.functions[name] for name in sorted(self.functions)))
 
     def __bool__(self) -> bool:
-        return bool(self.functions)
+        return bool(self.functions or self.types)
 
 
 # ---- names ----------------------------------------------------------------------------------

@@ -24,9 +24,9 @@ float3 tile_round_half_float3(float3 x) {
 
 // half_storage: elementwise, global (16, 1, 1), local (0, 0, 0)
 __kernel void half_storage(__global half* restrict h, __global half* restrict h4, __global half* restrict h3, __global double* restrict d) {
-  float x = mad(vload_half((int)get_global_id(0), h), 0.5f, 1.0f);
+  float x = vload_half((int)get_global_id(0), h) * 0.5f + 1.0f;
   vstore_half(tile_round_half_float(x * x) + tile_round_half_double(d[(int)get_global_id(0)]), (int)get_global_id(0), h);
-  vstore_half4(mad(vload_half4((int)get_global_id(0), h4), (float4)(x), exp(vload_half4((int)get_global_id(0), h4))), (int)get_global_id(0), h4);
+  vstore_half4(vload_half4((int)get_global_id(0), h4) * x + exp(vload_half4((int)get_global_id(0), h4)), (int)get_global_id(0), h4);
   vstore_half3(tile_round_half_float3(vload_half3((int)get_global_id(0), h3) / 3.0f), (int)get_global_id(0), h3);
   d[(int)get_global_id(0)] = (double)65504.0f + d[(int)get_global_id(0)];
 }

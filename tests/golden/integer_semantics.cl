@@ -16,6 +16,11 @@ long tile_div_long(long a, long b) {
   return b == 0 ? (long)0 : (a == LONG_MIN && b == -1) ? a : (long)(a / b);
 }
 
+// max(a, b)
+long tile_max_long(long a, long b) {
+  return a > b ? a : b;
+}
+
 // integer corner cases
 // (spec 7.4)
 // integer_semantics: elementwise, global (16, 1, 1), local (0, 0, 0)
@@ -25,6 +30,6 @@ __kernel void integer_semantics(__global char* a8, __global int* restrict a32, _
   a32[(int)get_global_id(0)] = as_int((uint)tile_div_int(a32[(int)get_global_id(0)], (int)b8[(int)get_global_id(0)]) + (uint)(a32[(int)get_global_id(0)] % 7) - (uint)(a32[(int)get_global_id(0)] >> 1));
   u16[(int)get_global_id(0)] = (ushort)((uint)(ushort)((ushort)(-(uint)u16[(int)get_global_id(0)] * (uint)u16[(int)get_global_id(0)]) / (ushort)3) + (uint)(ushort)(~u16[(int)get_global_id(0)]));
   long acc = as_long((ulong)(long)a32[(int)get_global_id(0)] * (ulong)b64[(int)get_global_id(0)]);
-  b64[(int)get_global_id(0)] = as_long((ulong)tile_div_long(acc, b64[(int)get_global_id(0)]) + (ulong)as_long(abs(acc)) - (ulong)max(acc, 5L));
+  b64[(int)get_global_id(0)] = as_long((ulong)tile_div_long(acc, b64[(int)get_global_id(0)]) + (ulong)as_long(abs(acc)) - (ulong)tile_max_long(acc, 5L));
   v4[(int)get_global_id(0)] = as_int4(as_uint4(tile_div_int4(v4[(int)get_global_id(0)], as_int4(as_uint4(v4[(int)get_global_id(0)]) - (uint4)(1u)))) + (as_uint4(v4[(int)get_global_id(0)]) << 2u) + (as_uint4(v4[(int)get_global_id(0)]) * (uint4)(3u) + (uint4)(1u)));
 }

@@ -1,5 +1,10 @@
 // OpenCL C for 1 kernel(s): tile_0
 
+// max(a, b), a NaN operand ignored
+float tile_max_float(float a, float b) {
+  return ((a > b) | (b != b)) ? a : b;
+}
+
 // O[m: 3] = >(X[m, n])
 //   output  m: 3
 //   reduce  n: 128
@@ -10,32 +15,40 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void tile_0(__global flo
   int group = (int)get_group_id(0);
   int base0 = group;
   float acc[64];
+  #pragma unroll
   for (int acc_fill = 0; acc_fill < 64; acc_fill += 1) acc[acc_fill] = -INFINITY;
   for (int n = 0; n < 2; n += 1) {
     int m = base0;
+    #pragma unroll
     for (int lane = 0; lane < 64; lane += 1) {
-      acc[lane] = fmax(acc[lane], in0[m * 128 + (n * 64 + lane)]);
+      acc[lane] = tile_max_float(acc[lane], in0[m * 128 + (n * 64 + lane)]);
     }
   }
   {
     int m_ = base0;
+    #pragma unroll
     for (int fold32 = 0; fold32 < 32; fold32 += 1) {
-      acc[fold32] = fmax(acc[fold32], acc[fold32 + 32]);
+      acc[fold32] = tile_max_float(acc[fold32], acc[fold32 + 32]);
     }
+    #pragma unroll
     for (int fold16 = 0; fold16 < 16; fold16 += 1) {
-      acc[fold16] = fmax(acc[fold16], acc[fold16 + 16]);
+      acc[fold16] = tile_max_float(acc[fold16], acc[fold16 + 16]);
     }
+    #pragma unroll
     for (int fold8 = 0; fold8 < 8; fold8 += 1) {
-      acc[fold8] = fmax(acc[fold8], acc[fold8 + 8]);
+      acc[fold8] = tile_max_float(acc[fold8], acc[fold8 + 8]);
     }
+    #pragma unroll
     for (int fold4 = 0; fold4 < 4; fold4 += 1) {
-      acc[fold4] = fmax(acc[fold4], acc[fold4 + 4]);
+      acc[fold4] = tile_max_float(acc[fold4], acc[fold4 + 4]);
     }
+    #pragma unroll
     for (int fold2 = 0; fold2 < 2; fold2 += 1) {
-      acc[fold2] = fmax(acc[fold2], acc[fold2 + 2]);
+      acc[fold2] = tile_max_float(acc[fold2], acc[fold2 + 2]);
     }
+    #pragma unroll
     for (int fold1 = 0; fold1 < 1; fold1 += 1) {
-      acc[fold1] = fmax(acc[fold1], acc[fold1 + 1]);
+      acc[fold1] = tile_max_float(acc[fold1], acc[fold1 + 1]);
     }
   }
   {

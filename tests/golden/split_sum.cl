@@ -10,30 +10,38 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void tile_0_part(__globa
   int group = (int)get_group_id(0);
   int base0 = group;
   float acc[64];
+  #pragma unroll
   for (int acc_fill = 0; acc_fill < 64; acc_fill += 1) acc[acc_fill] = 0.0f;
   for (int i = 0; i < 2; i += 1) {
     int p = base0;
+    #pragma unroll
     for (int lane = 0; lane < 64; lane += 1) {
       acc[lane] = acc[lane] + in0[p * 128 + (i * 64 + lane)];
     }
   }
   {
     int p_ = base0;
+    #pragma unroll
     for (int fold32 = 0; fold32 < 32; fold32 += 1) {
       acc[fold32] = acc[fold32] + acc[fold32 + 32];
     }
+    #pragma unroll
     for (int fold16 = 0; fold16 < 16; fold16 += 1) {
       acc[fold16] = acc[fold16] + acc[fold16 + 16];
     }
+    #pragma unroll
     for (int fold8 = 0; fold8 < 8; fold8 += 1) {
       acc[fold8] = acc[fold8] + acc[fold8 + 8];
     }
+    #pragma unroll
     for (int fold4 = 0; fold4 < 4; fold4 += 1) {
       acc[fold4] = acc[fold4] + acc[fold4 + 4];
     }
+    #pragma unroll
     for (int fold2 = 0; fold2 < 2; fold2 += 1) {
       acc[fold2] = acc[fold2] + acc[fold2 + 2];
     }
+    #pragma unroll
     for (int fold1 = 0; fold1 < 1; fold1 += 1) {
       acc[fold1] = acc[fold1] + acc[fold1 + 1];
     }
@@ -53,19 +61,25 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void tile_0_part(__globa
 // tile_0: contraction, global (1, 1, 1), local (1, 1, 1)
 __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void tile_0(__global float* restrict out0, __global const float* restrict in0) {
   float acc[8];
+  #pragma unroll
   for (int acc_fill = 0; acc_fill < 8; acc_fill += 1) acc[acc_fill] = 0.0f;
+  #pragma unroll
   for (int p = 0; p < 2; p += 1) {
+    #pragma unroll
     for (int lane = 0; lane < 8; lane += 1) {
       acc[lane] = acc[lane] + in0[p * 8 + lane];
     }
   }
   {
+    #pragma unroll
     for (int fold4 = 0; fold4 < 4; fold4 += 1) {
       acc[fold4] = acc[fold4] + acc[fold4 + 4];
     }
+    #pragma unroll
     for (int fold2 = 0; fold2 < 2; fold2 += 1) {
       acc[fold2] = acc[fold2] + acc[fold2 + 2];
     }
+    #pragma unroll
     for (int fold1 = 0; fold1 < 1; fold1 += 1) {
       acc[fold1] = acc[fold1] + acc[fold1 + 1];
     }

@@ -3,6 +3,8 @@ its kernels compute what numpy does, ragged edges included (reference interprete
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -60,7 +62,6 @@ def test_aligned_matmul_uses_full_vectors() -> None:
     assert widths == {"C": 16, "A": 1, "B": 16}
 
 
-
 @pytest.mark.parametrize(("n", "lanes"), [(53, 16), (17, 16), (333, 16), (3, 4), (6, 8)])
 def test_ragged_matmul_uses_counted_lanes(n: int, lanes: int) -> None:
     """An output width that is no multiple of 16: vectors at element offsets (scalar
@@ -73,6 +74,7 @@ def test_ragged_matmul_uses_counted_lanes(n: int, lanes: int) -> None:
     assert "b_row" in body
     got = run_program(MATMUL, {"A": a, "B": b})["C"]
     np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
+
 
 def test_transposed_operand_order() -> None:
     """B first in the statement: the roles follow the strides, not the operand order."""
@@ -199,3 +201,17 @@ def test_random_padded_convolutions(
     assert len(vector_kernels(source, settings_, {"I": i, "F": f})) == 1
     got = run_program(source, {"I": i, "F": f}, settings_)["O"]  # type: ignore[arg-type]
     np.testing.assert_array_equal(got, want)  # quarters: every sum is exact
+
+
+@pytest.mark.parametrize(("m", "n"), [(97, 65), (64, 64), (3, 1000)])
+def test_grid_beyond_the_first_dimension(m: int, n: int) -> None:
+    """A device whose first grid dimension holds fewer work-groups than the kernel has (PoCL:
+    4096) gets a two- or three-dimensional grid, its spare work-groups doing nothing."""
+    small = replace(LLVM_CPU, vec_size=8, goal_dim_sizes=(7, 5, 64))
+    inputs = {"A": rand(m, 33), "B": rand(33, n, seed=1)}
+    (kernel,) = vector_kernels(MATMUL, small, inputs)
+    assert kernel.global_size[1] > 1
+    got = run_program(MATMUL, inputs, small)["C"]
+    np.testing.assert_allclose(
+        got, inputs["A"].astype(np.float64) @ inputs["B"], rtol=1e-5, atol=1e-5
+    )

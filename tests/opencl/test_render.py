@@ -17,7 +17,7 @@ import hal
 from hal_opencl import RenderOptions, render_program
 from hal_opencl.render import OpenCLRenderer
 from semtree import builder as sb
-from semtree.nodes import Cast, FloatConst, IntConst, LimitConst, UnsupportedNode
+from semtree.nodes import Builtin, Cast, FloatConst, IntConst, LimitConst, UnsupportedNode
 from semtree.nodes import Limit as LimitKind
 from semtree.types import DType, Region, Type, TypeBase
 from tests.opencl.golden_cases import CASES
@@ -110,9 +110,10 @@ def test_weak_literals_take_the_element_type() -> None:
 def test_clamp_is_defined_for_any_bounds() -> None:
     """min(max(x, lo), hi), never OpenCL's clamp (undefined for lo > hi): -2 in uchar is 254."""
     scope = {"u": Type.value(DType.UINT8), "f": Type.value(DType.FLOAT32, 4)}
-    assert expression(sb.clamp(sb.var("u"), -2, 3), scope) == "min(max(u, (uchar)254), (uchar)3)"
+    clamped = expression(sb.clamp(sb.var("u"), -2, 3), scope)
+    assert clamped == "tile_min_uchar(tile_max_uchar(u, (uchar)254), (uchar)3)"
     clamped = expression(sb.clamp(sb.var("f"), 2.5, -1.5), scope)
-    assert clamped == "fmin(fmax(f, (float4)(2.5f)), (float4)(-1.5f))"
+    assert clamped == "tile_min_float4(tile_max_float4(f, (float4)(2.5f)), (float4)(-1.5f))"
 
 
 def test_native_half_and_mad_options() -> None:
@@ -121,8 +122,16 @@ def test_native_half_and_mad_options() -> None:
     assert expression(sb.var("h") * 0.5, scope, native) == "h * (half)0.5f"
     assert expression(sb.cast(DType.FLOAT16, sb.var("f")), scope, native) == "(half)f"
     product = sb.var("f") * sb.var("f") + 1.0
-    assert expression(product, scope) == "mad(f, f, 1.0f)"
-    assert expression(product, scope, RenderOptions(disable_mad=True)) == "f * f + 1.0f"
+    assert expression(product, scope) == "f * f + 1.0f"  # contracted to an fma by the compiler
+    mad = sb.call(Builtin.MAD, sb.var("f"), sb.var("f"), 1.0)
+    assert expression(mad, scope) == "f * f + 1.0f"
+    element = sb.var("f")[0]
+    fused = sb.assign(element, sb.call(Builtin.MAD, element, element, 1.0))
+    function = sb.function("mads", [("f", Type.ptr(DType.FLOAT32))], fused)
+    program = kernel_list(kernel(function, 1, (1,)))
+    pragma = "#pragma OPENCL FP_CONTRACT OFF"
+    assert pragma not in render_program(program, OPTIONS).text
+    assert pragma in render_program(program, RenderOptions(disable_mad=True)).text
 
 
 def test_pragmas_and_unsupported_float64() -> None:

@@ -44,7 +44,14 @@ from semtree.nodes import LANE_WIDTHS, Builtin, IntConst, Param
 from semtree.types import DType, Type, TypeBase
 from tile.lang.syntax import AggOp, CombOp
 from tile.lower.contract import GeneratedBody
-from tile.lower.kernel import INDEX_LIMIT, KernelWriter, product
+from tile.lower.kernel import (
+    INDEX_LIMIT,
+    KernelWriter,
+    grid_size,
+    linear_group,
+    product,
+)
+from tile.lower.ops import GenerateError
 from tile.lower.vector_epilogue import Epilogue
 
 if TYPE_CHECKING:
@@ -204,13 +211,15 @@ def _build(
     others = [k for k in range(flat.outputs) if k not in (shape.i, shape.j)]
     counts = [flat.ranges[k] for k in others] + [row_tiles, column_tiles]
     total = product(counts)
-    if total > settings.goal_dim_sizes[0]:
+    try:
+        global_size = grid_size(total, settings.goal_dim_sizes)
+    except GenerateError:
         return None
 
     # Work-group -> (other coordinates..., row tile, column tile); column tiles fastest.
     body: list = []
     group = writer.fresh("group")
-    body.append(sb.declare(Type.index(), group, sb.group_id(0)))
+    body.append(sb.declare(Type.index(), group, sb.Value(linear_group(global_size))))
     values: dict[int, sb.Value] = {}
     inner = total
     position_names = [flat.names[k] for k in others] + ["it", "jt"]
@@ -358,6 +367,8 @@ def _build(
         *loop,
         sb.for_(r, rows, body=stores),
     ]
+    if product(global_size) != total:  # the grid was rounded up: spare work-groups do nothing
+        body = [body[0], sb.if_(sb.var(group).lt(total), body[1:])]
 
     widths = {} if shape.lanes else {out_buffer: width, context.buffer_of[shape.b.tensor]: width}
     if epilogue is not None:
@@ -386,7 +397,7 @@ def _build(
         sb.function(name, function_params, body),
         outputs,
         inputs,
-        (total, 1, 1),
+        global_size,
         (2 * points + epilogue_ops) * product(plan.shape),
         writer.bytes(),
         widths,
