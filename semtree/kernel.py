@@ -257,6 +257,7 @@ class HardwareSettings:
     fast_math: bool = False  # allow approximate transcendental builtins
     disable_mad: bool = False
     disable_io_aliasing: bool = False
+    vector_loops: bool = False  # write elementwise tiles as vectors (tile.lower.widen)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "goal_dim_sizes", tuple(self.goal_dim_sizes))
@@ -360,4 +361,5 @@ class HardwareSettings:
             max_work_group_size=max_work_group_size,
             native_fp16="cl_khr_fp16" in enabled,
             fp64="cl_khr_fp64" in enabled,
+            vector_loops=vec > 1,
         )

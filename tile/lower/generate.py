@@ -8,6 +8,7 @@ front end's back half:
                  --tile.lower.split-->         a large reduction to few elements: two kernels
                  --tile.lower.tiles-->          tile sizes
                  --tile.lower.contract / tile.lower.special--> semtree bodies
+                 --tile.lower.widen-->          elementwise tiles on vectors (vector_loops)
                    (tile.lower.gpu.generate instead of tile.lower.contract for GPU settings)
                  --> KernelList (launch order = dependency order)
 
@@ -39,6 +40,7 @@ from tile.lower.special import generate_prng, generate_scatter
 from tile.lower.split import split_reduction
 from tile.lower.tiles import choose_tiles
 from tile.lower.vector import generate_vector_contraction
+from tile.lower.widen import widen
 
 if TYPE_CHECKING:
     from semtree.kernel import HardwareSettings
@@ -128,6 +130,9 @@ def generate_program(
                 else:
                     tiles = _tiles(kernel_plan, flat, settings)
                     generated = generate_group(kernel_plan, flat, context, settings, tiles, name)
+                    if kernel_plan.kind is PlanKind.ELEMENTWISE and settings.vector_loops:
+                        widened = widen(generated.body, settings.vec_size)
+                        generated = replace(generated, body=widened or generated.body)
             case PlanKind.SCATTER:
                 generated = generate_scatter(kernel_plan, context, settings, name)
             case _:

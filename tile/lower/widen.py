@@ -1,0 +1,235 @@
+"""Elementwise tiles as vector code, for device compilers that do not vectorize loops.
+
+PoCL 3.0 compiles the scalar loop over a tile's elements as written, one out-of-line library
+call per `tanh` or `exp`, so an elementwise kernel there runs 8x slower than the same work on
+vectors. Under `HardwareSettings.vector_loops`, `widen(body, width)` rewrites the innermost
+tile loop of a generated elementwise body,
+
+    for tw < T:   x = base + tw;  [if (x < N)] { scalar statements }
+
+into `width` lanes per iteration,
+
+    for tw < T / width:   x = base + tw * width;
+        if (x + width <= N) { the statements on vectors }            (or no test, N % width == 0)
+        else if (x < N)     { the same, every access counted: lanes below N - x }
+
+Lane `l` computes what element `x + l` computed: a value that depends on `x` becomes a vector
+of `width` lanes; one that does not stays a scalar, broadcast where it meets a vector. A memory
+access whose element offset has coefficient 1 in `x` becomes `Lanes` (a vector at any
+element); one without `x` stays a scalar access. Anything else (a strided access, `x` used as a
+value, a condition that depends on `x`, a branch that reads memory, boolean or half memory)
+leaves the body as it was: `widen` returns None; so do 64-bit and half values (`_LANE_TYPES`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from semtree.nodes import (
+    Binary,
+    BinOp,
+    Block,
+    Cast,
+    Cond,
+    Declare,
+    For,
+    If,
+    IntConst,
+    Lanes,
+    Load,
+    Lookup,
+    Stmt,
+    Store,
+    Subscript,
+    children,
+    rewrite,
+    walk,
+)
+from semtree.types import DType, Type
+
+if TYPE_CHECKING:
+    from semtree.nodes import Expr, Function, Node
+
+# Lanes of 8- to 32-bit numbers only: Lanes cannot access boolean or half memory, and PoCL 3.0
+# (LLVM 14) aborts the process compiling some builtins on vectors of doubles (`tanh(double8)`:
+# "Cannot select: vselect").
+_LANE_TYPES = frozenset(
+    {DType.INT8, DType.INT16, DType.INT32, DType.UINT8, DType.UINT16, DType.UINT32, DType.FLOAT32}
+)
+
+
+def _lane_type(type_: Type) -> bool:
+    """Whether a value of `type_` can become a vector of lanes (booleans can, in registers)."""
+    if type_.vec_width != 1 or type_.is_pointer or type_.is_index or type_.is_array:
+        return False
+    return type_.is_bool or type_.dtype in _LANE_TYPES
+
+
+class _RefusedError(Exception):
+    """The body has a shape this pass does not widen."""
+
+
+def widen(function: Function, width: int) -> Function | None:
+    """`function` with its innermost tile loop on vectors of `width` lanes, or None."""
+    pointers = {param.name: param.type for param in function.params if param.type.is_pointer}
+    try:
+        body = _statement(function.body, width, pointers)
+    except _RefusedError:
+        return None
+    return None if body is function.body else replace(function, body=body)
+
+
+def _statement(stmt: Stmt, width: int, pointers: dict[str, Type]) -> Stmt:
+    """`stmt` with the first tile loop found in it widened (the same object when none is)."""
+    match stmt:
+        case Block(stmts):
+            for position, inner in enumerate(stmts):
+                new = _statement(inner, width, pointers)
+                if new is not inner:
+                    return replace(stmt, stmts=(*stmts[:position], new, *stmts[position + 1 :]))
+            return stmt
+        case If(_, then, None):
+            new = _statement(then, width, pointers)
+            return stmt if new is then else replace(stmt, then=new)
+        case For(var, count, 1, Block((Declare(type_, x, Binary(BinOp.ADD, base, step)), *rest))):
+            if not (type_.is_index and step == Load(Lookup(var)) and _innermost(rest)):
+                return stmt
+            if count % width or _mentions(base, {var}):
+                raise _RefusedError
+            return _loop(stmt, x, base, tuple(rest), width, pointers)
+        case _:
+            return stmt
+
+
+def _innermost(stmts: list[Stmt]) -> bool:
+    return not any(isinstance(node, For) for stmt in stmts for node in walk(stmt))
+
+
+def _loop(
+    loop: For, x: str, base: Expr, rest: tuple[Stmt, ...], width: int, pointers: dict[str, Type]
+) -> For:
+    """The widened loop: `x` steps by `width`; the body is guarded as the module says."""
+    start = Binary(BinOp.ADD, base, Binary(BinOp.MUL, Load(Lookup(loop.var)), IntConst(width)))
+    head = Declare(Type.index(), x, start)
+    here = Load(Lookup(x))
+    match rest:
+        case (If(Binary(BinOp.LT, Load(Lookup(name)), IntConst(size)), then, None),) if name == x:
+            statements = then.stmts if isinstance(then, Block) else (then,)
+            full = _Widener(x, width, pointers, None).block(statements)
+            if size % width == 0:
+                body: Stmt = If(Binary(BinOp.LT, here, IntConst(size)), full)
+            else:
+                count = Binary(BinOp.SUB, IntConst(size), here)
+                ragged = _Widener(x, width, pointers, count).block(statements)
+                fits = Binary(BinOp.LE, Binary(BinOp.ADD, here, IntConst(width)), IntConst(size))
+                body = If(fits, full, If(Binary(BinOp.LT, here, IntConst(size)), ragged))
+        case _:
+            body = _Widener(x, width, pointers, None).block(rest)
+    return For(loop.var, loop.count // width, 1, Block((head, body)), span=loop.span)
+
+
+def _as_value(node: Node, x: str) -> bool:
+    """Whether `node` reads `x` other than in the address of a memory access."""
+    if isinstance(node, Subscript | Lanes):
+        return False
+    if isinstance(node, Load) and node.ref == Lookup(x):
+        return True
+    return any(_as_value(child, x) for child in children(node))
+
+
+def _mentions(node: Node, names: set[str]) -> bool:
+    return any(isinstance(inner, Lookup) and inner.name in names for inner in walk(node))
+
+
+class _Widener:
+    """Rewrites statements of one element into statements of `width` consecutive elements."""
+
+    def __init__(self, x: str, width: int, pointers: dict[str, Type], count: Expr | None) -> None:
+        self.x, self.width, self.pointers, self.count = x, width, pointers, count
+        self.varying: set[str] = {x}  # names whose value differs between lanes
+
+    def block(self, stmts: tuple[Stmt, ...]) -> Block:
+        return Block(tuple(self.statement(stmt) for stmt in stmts))
+
+    def statement(self, stmt: Stmt) -> Stmt:
+        match stmt:
+            case Declare(type_, name, init) if init is not None and not type_.is_array:
+                if not _mentions(init, self.varying):
+                    return stmt
+                if not _lane_type(type_):
+                    raise _RefusedError
+                self.varying.add(name)
+                return Declare(type_.with_width(self.width), name, self.value(init), span=stmt.span)
+            case Store(Subscript(Lookup(pointer), offset), value):
+                access = self.access(pointer, offset)
+                if not isinstance(access, Lanes):
+                    raise _RefusedError  # every lane would store to one element
+                return Store(access, self.value(value), span=stmt.span)
+            case Block(stmts):
+                return replace(stmt, stmts=tuple(self.statement(inner) for inner in stmts))
+            case If(cond, then, other) if not _mentions(cond, self.varying):
+                other = None if other is None else self.statement(other)
+                return If(self.value(cond), self.statement(then), other, span=stmt.span)
+            case _:
+                raise _RefusedError
+
+    def value(self, expr: Expr) -> Expr:
+        """`expr` over lanes: memory reads at `x` become `Lanes`, the rest is unchanged (the
+        types of the widened variables make the arithmetic vector arithmetic)."""
+
+        def visit(node: Node) -> Node | None:
+            match node:
+                case Load(Subscript(Lookup(pointer), offset)) if pointer in self.pointers:
+                    return Load(self.access(pointer, offset))
+                case Load(Subscript()):
+                    raise _RefusedError  # a private or local array
+                case Cast(type_, inner) if self.varies(inner):
+                    if not _lane_type(type_):
+                        raise _RefusedError
+                    return Cast(type_.with_width(self.width), inner)
+                case Cond(cond, then, other) if _mentions(cond, self.varying) and any(
+                    isinstance(inner, Subscript | Lanes) for inner in (*walk(then), *walk(other))
+                ):
+                    raise _RefusedError  # a branch reading memory, chosen per lane
+            return None
+
+        result = rewrite(expr, visit)
+        if _as_value(result, self.x):
+            raise _RefusedError  # the coordinate itself as a value
+        return result  # type: ignore[return-value]
+
+    def varies(self, expr: Expr) -> bool:
+        """Whether the (widened) `expr` differs between lanes."""
+        return any(isinstance(node, Lanes) for node in walk(expr)) or _mentions(expr, self.varying)
+
+    def access(self, pointer: str, offset: Expr) -> Subscript | Lanes:
+        """The access at element `offset` for every lane: a scalar one where the offset does
+        not depend on `x`, `Lanes` where it grows by 1 with `x`."""
+        coefficient = _coefficient(offset, self.x, self.varying)
+        if coefficient == 0:
+            return Subscript(Lookup(pointer), offset)
+        pointer_type = self.pointers.get(pointer)
+        if coefficient != 1 or pointer_type is None or pointer_type.vec_width != 1:
+            raise _RefusedError
+        if pointer_type.dtype not in _LANE_TYPES:
+            raise _RefusedError
+        return Lanes(Lookup(pointer), offset, self.width, self.count)
+
+
+def _coefficient(expr: Expr, x: str, varying: set[str]) -> int:
+    """The integer `c` with `expr = c * x + (terms without x)`; refuses anything else."""
+    match expr:
+        case Load(Lookup(name)) if name == x:
+            return 1
+        case Binary(BinOp.ADD, lhs, rhs):
+            return _coefficient(lhs, x, varying) + _coefficient(rhs, x, varying)
+        case Binary(BinOp.SUB, lhs, rhs):
+            return _coefficient(lhs, x, varying) - _coefficient(rhs, x, varying)
+        case Binary(BinOp.MUL, lhs, IntConst(factor)):
+            return factor * _coefficient(lhs, x, varying)
+        case Binary(BinOp.MUL, IntConst(factor), rhs):
+            return factor * _coefficient(rhs, x, varying)
+    if _mentions(expr, varying):
+        raise _RefusedError
+    return 0
