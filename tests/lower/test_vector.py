@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 import tile
 from semtree.kernel import KernelKind
 from tests.lower.harness import LLVM_CPU, SCALAR, run_program, tiled
+from tile.lower import vector
 from tile.lower.generate import generate_program
 
 MATMUL = "function (A[M, K], B[K, N]) -> (C) { C[m, n: M, N] = +(A[m, k] * B[k, n]); }"
@@ -215,3 +216,22 @@ def test_grid_beyond_the_first_dimension(m: int, n: int) -> None:
     np.testing.assert_allclose(
         got, inputs["A"].astype(np.float64) @ inputs["B"], rtol=1e-5, atol=1e-5
     )
+
+
+@pytest.mark.parametrize("block_bytes", [1, 16896, 25344, 42240, 1 << 30])  # 1, 2, 3, 5, all
+@pytest.mark.parametrize(("m", "n"), [(97, 300), (36, 200), (7, 520)])
+def test_column_tiles_in_blocks(
+    monkeypatch: pytest.MonkeyPatch, block_bytes: int, m: int, n: int
+) -> None:
+    """Column tiles in blocks (one, several, a ragged last block, all), the order used where
+    B is large: every tile computed once (outputs poisoned)."""
+    monkeypatch.setattr(vector, "BLOCK_BYTES", block_bytes)
+    monkeypatch.setattr(vector, "BLOCKED_ABOVE", 0)
+    inputs = {"A": rand(2, m, 33), "B": rand(2, 33, n, seed=1)}
+    (kernel,) = vector_kernels(BMM, LLVM_CPU, inputs)
+    panel = 33 * 64 * 4  # a column tile of 4 vectors of 16 floats
+    blocks = "block" in str(kernel.body)
+    assert blocks == (block_bytes // panel < -(-n // 64)), str(kernel.body)
+    got = run_program(BMM, inputs, LLVM_CPU)["C"]
+    want = inputs["A"].astype(np.float64) @ inputs["B"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
