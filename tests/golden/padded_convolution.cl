@@ -20,8 +20,8 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void tile_0(__global flo
   int group = (int)get_group_id(0);
   int n = group / 25;
   int y = group / 5 % 5;
+  int jt = group % 5 % 1;
   int it = group % 5;
-  int jt = group % 1;
   float8 acc[4];
   #pragma unroll
   for (int acc_fill = 0; acc_fill < 4; acc_fill += 1) acc[acc_fill] = (float8)(0.0f);

@@ -155,27 +155,34 @@ BLOCKED_ABOVE = 8 << 20
 
 
 def _blocked(
-    writer: KernelWriter, body: list, pair: sb.Value, block: int, blocked: int, other: int
+    writer: KernelWriter,
+    body: list,
+    pair: sb.Value,
+    block: int,
+    counts: tuple[int, int],
+    names: tuple[str, str],
 ) -> tuple[sb.Value, sb.Value]:
     """(index in the blocked dimension, index in the other) of tile number `pair` of
-    `blocked` x `other` tiles, taken in blocks of `block` tiles of the blocked dimension: the
-    blocks one after the other, in each block the other dimension's tiles in turn, and for
-    each of those the block's tiles in turn. Their data is reused while it is in cache."""
-    names = {name: writer.fresh(name) for name in ("block", "within", "height", "bt", "ot")}
+    `counts` = (blocked, other) tiles, taken in blocks of `block` tiles of the blocked
+    dimension: the blocks one after the other, in each block the other dimension's tiles in
+    turn, and for each of those the block's tiles in turn. Their data is reused while it is
+    in cache. One block (`block` >= blocked) is the plain order, the blocked index fastest."""
+    blocked, other = counts
+    fresh = {name: writer.fresh(name) for name in ("block", "within", "height", *names)}
 
     def declare(name: str, value: sb.Value) -> sb.Value:
-        body.append(sb.declare(Type.index(), names[name], value))
-        return sb.var(names[name])
+        body.append(sb.declare(Type.index(), fresh[name], value))
+        return sb.var(fresh[name])
 
-    first = sb.Value(IntConst(0))
-    within = pair
-    if block < blocked:
-        first = declare("block", pair / (block * other)) * block
-        within = declare("within", pair % (block * other))
-    height: sb.Value | int = min(block, blocked)
-    if blocked % height:  # the last block is narrower
+    if block >= blocked:
+        index = declare(names[0], pair % blocked)
+        return index, declare(names[1], pair / blocked if blocked > 1 else pair)
+    first = declare("block", pair / (block * other)) * block
+    within = declare("within", pair % (block * other))
+    height: sb.Value | int = block
+    if blocked % block:  # the last block is narrower
         height = declare("height", sb.call(Builtin.MIN, block, blocked - first))
-    return declare("bt", first + within % height), declare("ot", within / height)
+    return declare(names[0], first + within % height), declare(names[1], within / height)
 
 
 def _groups(flat: FlatContraction, shape: _Shape, rows: int, vectors: int, others: int) -> int:
@@ -273,7 +280,7 @@ def _build(
     block = column_tiles
     if points * columns * width * 4 > BLOCKED_ABOVE:
         block = max(1, BLOCK_BYTES // (points * vectors * width * 4))
-    jt, it = _blocked(writer, body, pair, block, column_tiles, row_tiles)
+    jt, it = _blocked(writer, body, pair, block, (column_tiles, row_tiles), ("jt", "it"))
 
     acc, b_row, a_value = writer.fresh("acc"), writer.fresh("b_row"), writer.fresh("a_value")
     r, v = writer.fresh("r"), writer.fresh("v")
