@@ -9,6 +9,7 @@ front end's back half:
                  --tile.lower.tiles-->          tile sizes
                  --tile.lower.contract / tile.lower.special--> semtree bodies
                  --tile.lower.widen-->          elementwise tiles on vectors (vector_loops)
+                 (tile.lower.rows: a run of plans that work row by row becomes one kernel)
                    (tile.lower.gpu.generate instead of tile.lower.contract for GPU settings)
                  --> KernelList (launch order = dependency order)
 
@@ -36,6 +37,7 @@ from tile.lower.fuse import PlanKind, plan_program
 from tile.lower.gpu.generate import generate_gpu_group, uses_gpu_kernels
 from tile.lower.kernel import INDEX_LIMIT, ProgramContext, product
 from tile.lower.pack import pack_operand
+from tile.lower.rows import RowRun, generate_run, row_runs
 from tile.lower.special import generate_prng, generate_scatter
 from tile.lower.split import split_reduction
 from tile.lower.tiles import choose_tiles
@@ -43,6 +45,8 @@ from tile.lower.vector import generate_vector_contraction
 from tile.lower.widen import widen
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
     from semtree.kernel import HardwareSettings
     from semtree.nodes import Function
     from semtree.types import TensorShape
@@ -71,9 +75,23 @@ def generate_program(
     kernels: list[KernelInfo] = []
     bodies: dict[str, Function] = {}
     shapes, temporaries = dict(plan.shapes), list(plan.temporaries)
+    copies = [_copy_source(kernel_plan, context) for kernel_plan in plan.kernels]
+    runs = row_runs(
+        plan.kernels, context, bound.bindings, settings, [c is not None for c in copies]
+    )
+    fused_until = 0
     for index, kernel_plan in enumerate(plan.kernels):
+        if index < fused_until:
+            continue
         name = f"{prefix}_{index}"
-        copy = _copy_source(kernel_plan, context)
+        run = runs.get(index)
+        if run is not None:
+            fused = _row_kernel(plan.kernels[run.start : run.stop], run, bound, context, settings)
+            if fused is not None:
+                kernels.append(fused(name, bodies))
+                fused_until = run.stop
+                continue
+        copy = copies[index]
         if copy is not None:
             target = context.buffer_of[kernel_plan.stores[0]]
             kernels.append(_copy_kernel(name, target, copy, context, kernel_plan))
@@ -148,6 +166,39 @@ def generate_program(
         temporaries=tuple(temporaries),
         var_rewrites={},
     )
+
+
+def _row_kernel(
+    plans: Sequence[KernelPlan],
+    run: RowRun,
+    bound: BoundProgram,
+    context: ProgramContext,
+    settings: HardwareSettings,
+) -> Callable[[str, dict[str, Function]], KernelInfo] | None:
+    """The kernel of a run of row-fused plans (`tile.lower.rows`), made once it is named."""
+    flats = [
+        None if p.contraction is None else flatten(p.contraction, bound.bindings) for p in plans
+    ]
+
+    def make(name: str, bodies: dict[str, Function]) -> KernelInfo:
+        assert generated is not None
+        body, key = _shared_body(replace(generated.body, name=name), bodies)
+        comments = "\n".join(_comments(p, f) for p, f in zip(plans, flats, strict=True))
+        return KernelInfo(
+            name=name,
+            kind=KernelKind.CONTRACTION,
+            params=_params(generated, context),
+            global_size=generated.global_size,
+            local_size=(1, 1, 1),
+            body=body,
+            flops=generated.flops,
+            bytes=generated.bytes,
+            key=key,
+            comments=f"row-fused: {len(plans)} steps per row\n{comments}",
+        )
+
+    generated = generate_run(plans, flats, run, context, settings, "rows")
+    return None if generated is None else make
 
 
 def _check_size(buffer: str, shape: TensorShape) -> None:

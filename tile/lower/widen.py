@@ -5,7 +5,7 @@ call per `tanh` or `exp`, so an elementwise kernel there runs 8x slower than the
 vectors. Under `HardwareSettings.vector_loops`, `widen(body, width)` rewrites the innermost
 tile loop of a generated elementwise body,
 
-    for tw < T:   x = base + tw;  [if (x < N)] { scalar statements }
+    for tw < T:   x = base + tw (or tw);  [if (x < N)] { scalar statements }
 
 into `width` lanes per iteration,
 
@@ -92,8 +92,16 @@ def _statement(stmt: Stmt, width: int, pointers: dict[str, Type]) -> Stmt:
         case If(_, then, None):
             new = _statement(then, width, pointers)
             return stmt if new is then else replace(stmt, then=new)
-        case For(var, count, 1, Block((Declare(type_, x, Binary(BinOp.ADD, base, step)), *rest))):
-            if not (type_.is_index and step == Load(Lookup(var)) and _innermost(rest)):
+        case For(var, count, 1, Block((Declare(type_, x, start), *rest))):
+            step = Load(Lookup(var))
+            match start:
+                case Binary(BinOp.ADD, base, inner) if inner == step:
+                    pass
+                case _ if start == step:  # a tile that starts at 0
+                    base = IntConst(0)
+                case _:
+                    return stmt
+            if not (type_.is_index and _innermost(rest)):
                 return stmt
             if count % width or _mentions(base, {var}):
                 raise _RefusedError
