@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import tile
+from tests.shipped import SHIPPED, shipped_devices
 
 if TYPE_CHECKING:
     from tests.runtime.fakes import FakeDevice
@@ -86,3 +87,30 @@ def test_repr_of_a_tensor_whose_writer_failed(fake: tile.Device, fake_hal: FakeD
     assert text.startswith("<Tensor float32[1] on fake") and "kernel exploded" in text
     with pytest.raises(tile.ExecutionError):
         failed.numpy()
+
+
+def test_repeated_calls_reuse_the_program_and_stay_checked() -> None:
+    """A call with the last call's signature skips the Invoker (Function._last) but still
+    finds its program in the device's cache (a hit, LRU order kept), recompiles once the
+    cache is cleared, and leaves device mismatches to the full path."""
+    devices = shipped_devices()
+    cpu, other = (devices[name] for name in SHIPPED)
+    function = tile.Function("function (A, B) -> (O) { O = A - B; }", "repeat")
+    programs = cpu.runtime.programs
+    cpu.clear_cache()
+    for round_ in range(3):
+        for n in (2, 3):
+            a = tile.Tensor.from_numpy(f32(*range(n)) + round_, cpu)
+            b = tile.Tensor.from_numpy(f32(*([1] * n)), cpu)
+            out = function(a, b)["O"]
+            np.testing.assert_array_equal(out.numpy(), np.arange(n) + round_ - 1)
+    assert programs.misses == 2 and programs.hits == 4
+    cpu.clear_cache()
+    out = function(a, b)["O"]  # the last signature, its program gone: compiled again
+    np.testing.assert_array_equal(out.numpy(), np.arange(3) + 1)
+    assert programs.misses == 1
+    elsewhere = tile.Tensor.from_numpy(f32(1, 1, 1), other)
+    with pytest.raises(tile.DeviceMismatch):
+        function(a, elsewhere)
+    with pytest.raises(tile.DeviceMismatch):
+        function(a, b, device=other)
