@@ -19,7 +19,7 @@ cores busy (`2 * goal_groups`); only CPU-style settings (one work-item per group
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from semtree.nodes import Block, Declare, For, Lookup, Param, rewrite, walk
@@ -79,9 +79,9 @@ def row_runs(
 class _Run:
     rows: tuple[int, ...]
     length: int | None = None  # N, once a plan of full rows fixes it
-    produced: set[str] | None = None  # tensors written by the run's plans so far
-    read: set[str] | None = None  # buffers read by them
-    written: set[str] | None = None  # buffers written by them
+    produced: set[str] = field(default_factory=set)  # tensors written by the run's plans
+    read: set[str] = field(default_factory=set)  # buffers read by them
+    written: set[str] = field(default_factory=set)  # buffers written by them
     reductions: int = 0
 
 
@@ -97,7 +97,7 @@ def _grow(
     first = plans[start]
     if len(first.shape) < 2 or single[start]:
         return None
-    run = _Run(first.shape[:-1], produced=set(), read=set(), written=set())
+    run = _Run(first.shape[:-1])
     stop = start
     while stop < len(plans) and not single[stop] and _joins(plans[stop], run, context, bindings):
         stop += 1
@@ -113,7 +113,6 @@ def _joins(
 ) -> bool:
     """Whether `plan` computes rows of the run and reads the run's values only at its own
     row; if so, the run takes it."""
-    assert run.produced is not None and run.read is not None and run.written is not None
     if plan.kind not in (PlanKind.CONTRACTION, PlanKind.ELEMENTWISE):
         return False
     if len(plan.shape) != len(run.rows) + 1 or plan.shape[:-1] != run.rows:
@@ -166,7 +165,6 @@ def _reduction_length(
 ) -> int | None:
     """N for a contraction that reduces each row to its column `R + (1,)` and reads the run's
     values as `T[row, k]`; None if it is not one."""
-    assert run.produced is not None
     rank = len(run.rows)
     if flat.empty or flat.derived or flat.constraints or flat.default is not None:
         return None
@@ -212,8 +210,9 @@ def generate_run(
     if len({body.global_size for body in generated}) != 1:
         return None
     outputs = list(dict.fromkeys(b for body in generated for b in body.outputs))
-    inputs = [b for b in dict.fromkeys(b for body in generated for b in body.inputs)]
-    inputs = [b for b in inputs if b not in outputs]
+    inputs = [
+        b for b in dict.fromkeys(b for body in generated for b in body.inputs) if b not in outputs
+    ]
     names = {buffer: f"out{i}" for i, buffer in enumerate(outputs)}
     names |= {buffer: f"in{i}" for i, buffer in enumerate(inputs)}
     locals_ = {
