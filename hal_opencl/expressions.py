@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from hal_opencl.arithmetic import (
     PRECEDENCE,
     call,
+    half_load,
     infix,
     integer_arithmetic,
     min_max,
@@ -209,7 +210,11 @@ class ExpressionRenderer(CPrinter):
             base, offset, pointer = packed
             width = str(pointer.vec_width) if pointer.vec_width > 1 else ""
             half = pointer.dtype is DType.FLOAT16 and not self.native_fp16
-            code = f"{'vload_half' if half else 'vload'}{width}({offset}, {base})"
+            if half and pointer.vec_width != 3:
+                space = REGIONS[pointer.region]
+                code = half_load(base, offset, pointer.vec_width, space, self.helpers)
+            else:
+                code = f"{'vload_half' if half else 'vload'}{width}({offset}, {base})"
         if declared.is_bool and declared.is_vector:
             zero = f"({vector_name(DType.INT8, declared.vec_width)})(0)"
             return Text(f"{code} != {zero}", EQUALITY, declared, DType.INT8)

@@ -75,3 +75,13 @@ def test_convolution_with_ragged_channels(device_id: str, co: int, devices: dict
     inputs = {"I": _data(rng, 2, 9, 7, 5), "F": _data(rng, 3, 2, 5, co)}
     outcome = check(Case("conv", CONV, inputs), devices[device_id])
     assert outcome.kind == "ok", outcome
+
+
+@pytest.mark.parametrize("device_id", SHIPPED)
+@pytest.mark.parametrize("n", [1, 7, 8, 16, 33, 64])
+def test_half_matmuls(device_id: str, n: int, devices: dict) -> None:
+    """float16 matmuls (the vector kernel where the width allows it), computed in float."""
+    rng = np.random.default_rng(n)
+    for m, k in ((1, 1), (7, 3), (13, 17)):
+        a, b = (_data(rng, m, k).astype(np.float16), _data(rng, k, n).astype(np.float16))
+        _assert_ok(Case("matmul", MATMUL, {"A": a, "B": b}), devices[device_id])

@@ -235,3 +235,20 @@ def test_column_tiles_in_blocks(
     got = run_program(BMM, inputs, LLVM_CPU)["C"]
     want = inputs["A"].astype(np.float64) @ inputs["B"]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(("m", "k", "n"), [(7, 5, 16), (13, 33, 64), (9, 17, 40), (3, 4, 7)])
+def test_half_matmul_runs_on_vectors_in_float(m: int, k: int, n: int) -> None:
+    """float16 operands on a device without native half: the vector kernel, computed in
+    float32 and rounded once when stored (as the generic kernel does), aligned vectors only."""
+    rng = np.random.default_rng(m)
+    a = (rng.integers(-8, 9, (m, k)) / 8).astype(np.float16)
+    b = (rng.integers(-8, 9, (k, n)) / 8).astype(np.float16)
+    for preset in (LLVM_CPU, tiled(8)):
+        (kernel,) = vector_kernels(MATMUL, preset, {"A": a, "B": b})
+        assert "lanes" not in str(kernel.body)
+        got = run_program(MATMUL, {"A": a, "B": b}, preset)["C"]
+        want = (a.astype(np.float64) @ b).astype(np.float16)
+        np.testing.assert_array_equal(got, want)
+    native = replace(LLVM_CPU, native_fp16=True)
+    assert vector_kernels(MATMUL, native, {"A": a, "B": b}) == []

@@ -149,3 +149,31 @@ def test_float64_to_half_rounds_once(device: hal.Device) -> None:
         expected = np.array([tie, 65519.0, 65520.0, 1e-8]).astype(np.float16)
     np.testing.assert_array_equal(got[:4], expected)
     assert got[0] == np.float16(1.0 + 2.0**-10)
+
+
+@pytest.mark.parametrize("width", [1, 2, 4, 8, 16])
+def test_every_half_loads_as_numpy_converts_it(device: hal.Device, width: int) -> None:
+    """Half loads on a device without native half go through the program's own conversion
+    (`arithmetic.half_load`): all 65536 bit patterns (subnormals, infinities, NaNs, -0) give
+    numpy's float32, bit for bit (NaNs as NaNs)."""
+    count = 1 << 16
+    name = f"half_bits_x{width}"
+    i, source, target = sb.global_id(0), sb.var(f"{name}_in"), sb.var(f"{name}_out")
+    function = sb.function(
+        name,
+        [
+            (f"{name}_out", Type.ptr(DType.FLOAT32, width)),
+            (f"{name}_in", Type.ptr(DType.FLOAT16, width, const=True)),
+        ],
+        [sb.assign(target[i], source[i])],
+    )
+    program = kernel_list(kernel(function, count, (count // width,)))
+    halves = np.arange(count, dtype=np.uint16).view(np.float16)
+    library = device.compiler.build(program, device)
+    if not device.settings.native_fp16:
+        assert "tile_half_to_float" in library.source(0)
+    got = run_on_device(device, program, {f"{name}_in": halves}, library)[f"{name}_out"]
+    want = halves.astype(np.float32)
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(got), nan)
+    assert np.array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))

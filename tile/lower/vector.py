@@ -84,14 +84,16 @@ class _Shape:
     lanes: bool = False  # B and C read and written as `Lanes` at element offsets, else aligned
 
 
-def vector_shape(flat: FlatContraction, vec_size: int) -> _Shape | None:
+def vector_shape(flat: FlatContraction, vec_size: int, half: bool = False) -> _Shape | None:
     """The roles of a flat contraction's variables in the vector kernel, or None if it is
-    not eligible."""
+    not eligible. `half`: float16 operands and output may take it too (computed in float32,
+    as on a device without native half), through aligned vectors only."""
     if flat.empty or flat.derived or flat.default is not None:
         return None
     if flat.agg is not AggOp.SUM or flat.comb is not CombOp.MUL or len(flat.operands) != 2:
         return None
-    if any(access.dtype is not F32 for access in flat.access):
+    dtypes = {access.dtype for access in flat.access}
+    if dtypes != {F32} and not (half and dtypes == {DType.FLOAT16}):
         return None
     output = flat.output
     coordinates = range(flat.outputs)
@@ -119,7 +121,7 @@ def vector_shape(flat: FlatContraction, vec_size: int) -> _Shape | None:
         while width > 1 and any(term % width for term in terms):
             width //= 2
         lanes = min(vec_size, 1 << (flat.ranges[j] - 1).bit_length())
-        if lanes > width and lanes in LANE_WIDTHS:  # any size and offset: unaligned vectors
+        if dtypes == {F32} and lanes > width and lanes in LANE_WIDTHS:  # unaligned vectors
             return _Shape(a, b, i, j, lanes, lanes=True)
         return _Shape(a, b, i, j, width)
     return None
@@ -203,7 +205,7 @@ def generate_vector_contraction(
         return None
     if tuple(plan.shape) != tuple(flat.ranges[: flat.outputs]):
         return None
-    shape = vector_shape(flat, settings.vec_size)
+    shape = vector_shape(flat, settings.vec_size, half=not settings.native_fp16)
     if shape is None:
         return None
     if any(context.is_constant(access.tensor) for access in flat.operands):
