@@ -329,11 +329,7 @@ def half_load(base: str, offset: str, width: int, space: str, helpers: Helpers) 
     convert = _half_to_float(width, helpers)
     if width == 1:
         return f"{convert}(((const {prefix}ushort*)({base}))[{offset}])"
-    bits = vector_name(DType.UINT16, width)
-    unaligned = helpers.use_type(
-        f"tile_unaligned_{bits}",
-        f"typedef {bits} tile_unaligned_{bits} __attribute__((aligned(2)));",
-    )
+    unaligned = helpers.unaligned(vector_name(DType.UINT16, width), 2)
     start = f"(const {prefix}ushort*)({base}) + ({offset}) * {width}"
     return f"{convert}(*(const {prefix}{unaligned}*)({start}))"
 

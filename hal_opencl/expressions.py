@@ -157,11 +157,7 @@ class ExpressionRenderer(CPrinter):
         width = ref.width
         scalar, vector = vector_name(base.dtype), vector_name(base.dtype, width)
         space = REGIONS[base.region]
-        unaligned = self.helpers.use_type(
-            f"tile_unaligned_{vector}",
-            f"typedef {vector} tile_unaligned_{vector} "
-            f"__attribute__((aligned({base.dtype.itemsize})));",
-        )
+        unaligned = self.helpers.unaligned(vector, base.dtype.itemsize)
         prefix = f"{space} " if space else ""
         if ref.count is None:
             const = "const " if value is None else ""

@@ -106,6 +106,13 @@ class Helpers:
         self.types.setdefault(name, source)
         return name
 
+    def unaligned(self, vector: str, alignment: int) -> str:
+        """`vector` as a type aligned only to `alignment` bytes (its element's): a vector
+        read or written through it may start at any element (`vmovups` on x86)."""
+        name = f"tile_unaligned_{vector}"
+        source = f"typedef {vector} {name} __attribute__((aligned({alignment})));"
+        return self.use_type(name, source)
+
     def __iter__(self) -> Iterator[str]:
         types = (self.types[name] for name in sorted(self.types))
         return itertools.chain(types, (self.functions[name] for name in sorted(self.functions)))

@@ -34,7 +34,7 @@ that runs these kernels.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from semtree import builder as sb
@@ -67,6 +67,7 @@ from tile.lower.ops import (
     identity,
     zero,
 )
+from tile.lower.widen import widen
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -115,8 +116,14 @@ def generate_group(
     tiles: Sequence[int],
     name: str,
 ) -> GeneratedBody:
-    """The kernel of a CONTRACTION or ELEMENTWISE plan."""
-    return _GroupKernel(plan, flat, context, settings, tuple(tiles)).build(name)
+    """The kernel of a CONTRACTION or ELEMENTWISE plan; an elementwise one (no `flat`) on
+    vectors under `settings.vector_loops` where `tile.lower.widen` can write it so."""
+    generated = _GroupKernel(plan, flat, context, settings, tuple(tiles)).build(name)
+    if flat is None and settings.vector_loops:
+        widened = widen(generated.body, settings.vec_size)
+        if widened is not None:
+            return replace(generated, body=widened)
+    return generated
 
 
 class _GroupKernel:

@@ -8,7 +8,7 @@ front end's back half:
                  --tile.lower.split-->         a large reduction to few elements: two kernels
                  --tile.lower.tiles-->          tile sizes
                  --tile.lower.contract / tile.lower.special--> semtree bodies
-                 --tile.lower.widen-->          elementwise tiles on vectors (vector_loops)
+                   (elementwise tiles on vectors under vector_loops: tile.lower.widen)
                  (tile.lower.rows: a run of plans that work row by row becomes one kernel)
                    (tile.lower.gpu.generate instead of tile.lower.contract for GPU settings)
                  --> KernelList (launch order = dependency order)
@@ -42,11 +42,8 @@ from tile.lower.special import generate_prng, generate_scatter
 from tile.lower.split import split_reduction
 from tile.lower.tiles import choose_tiles
 from tile.lower.vector import generate_vector_contraction
-from tile.lower.widen import widen
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
-
     from semtree.kernel import HardwareSettings
     from semtree.nodes import Function
     from semtree.types import TensorShape
@@ -85,12 +82,12 @@ def generate_program(
             continue
         name = f"{prefix}_{index}"
         run = runs.get(index)
-        if run is not None:
-            fused = _row_kernel(plan.kernels[run.start : run.stop], run, bound, context, settings)
-            if fused is not None:
-                kernels.append(fused(name, bodies))
-                fused_until = run.stop
-                continue
+        fused = None if run is None else generate_run(run, context, settings, name)
+        if fused is not None:
+            assert run is not None
+            kernels.append(_row_info(name, run, fused, context, bodies))
+            fused_until = run.stop
+            continue
         copy = copies[index]
         if copy is not None:
             target = context.buffer_of[kernel_plan.stores[0]]
@@ -148,9 +145,6 @@ def generate_program(
                 else:
                     tiles = _tiles(kernel_plan, flat, settings)
                     generated = generate_group(kernel_plan, flat, context, settings, tiles, name)
-                    if kernel_plan.kind is PlanKind.ELEMENTWISE and settings.vector_loops:
-                        widened = widen(generated.body, settings.vec_size)
-                        generated = replace(generated, body=widened or generated.body)
             case PlanKind.SCATTER:
                 generated = generate_scatter(kernel_plan, context, settings, name)
             case _:
@@ -168,37 +162,28 @@ def generate_program(
     )
 
 
-def _row_kernel(
-    plans: Sequence[KernelPlan],
+def _row_info(
+    name: str,
     run: RowRun,
-    bound: BoundProgram,
+    generated: GeneratedBody,
     context: ProgramContext,
-    settings: HardwareSettings,
-) -> Callable[[str, dict[str, Function]], KernelInfo] | None:
-    """The kernel of a run of row-fused plans (`tile.lower.rows`), made once it is named."""
-    flats = [
-        None if p.contraction is None else flatten(p.contraction, bound.bindings) for p in plans
-    ]
-
-    def make(name: str, bodies: dict[str, Function]) -> KernelInfo:
-        assert generated is not None
-        body, key = _shared_body(replace(generated.body, name=name), bodies)
-        comments = "\n".join(_comments(p, f) for p, f in zip(plans, flats, strict=True))
-        return KernelInfo(
-            name=name,
-            kind=KernelKind.CONTRACTION,
-            params=_params(generated, context),
-            global_size=generated.global_size,
-            local_size=(1, 1, 1),
-            body=body,
-            flops=generated.flops,
-            bytes=generated.bytes,
-            key=key,
-            comments=f"row-fused: {len(plans)} steps per row\n{comments}",
-        )
-
-    generated = generate_run(plans, flats, run, context, settings, "rows")
-    return None if generated is None else make
+    bodies: dict[str, Function],
+) -> KernelInfo:
+    """The launch of a run of row-fused plans (`tile.lower.rows`)."""
+    body, key = _shared_body(generated.body, bodies)
+    steps = "\n".join(_comments(p, f) for p, f in zip(run.plans, run.flats, strict=True))
+    return KernelInfo(
+        name=name,
+        kind=KernelKind.CONTRACTION,
+        params=_params(generated, context),
+        global_size=generated.global_size,
+        local_size=(1, 1, 1),
+        body=body,
+        flops=generated.flops,
+        bytes=generated.bytes,
+        key=key,
+        comments=f"row-fused: {len(run.plans)} steps per row\n{steps}",
+    )
 
 
 def _check_size(buffer: str, shape: TensorShape) -> None:

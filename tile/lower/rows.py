@@ -29,7 +29,6 @@ from tile.lower.contract import GeneratedBody, generate_group
 from tile.lower.flatten import flatten, row_major
 from tile.lower.fuse import PlanKind, reads
 from tile.lower.kernel import product
-from tile.lower.widen import widen
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -44,10 +43,13 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class RowRun:
-    """Plans `start` to `stop - 1` (in launch order), rows of `rows + (length,)`."""
+    """Plans `start` to `stop - 1` (in launch order) with their flat contractions (None for
+    an elementwise plan), rows of `rows + (length,)`."""
 
     start: int
     stop: int
+    plans: tuple[KernelPlan, ...]
+    flats: tuple[FlatContraction | None, ...]
     rows: tuple[int, ...]
     length: int
 
@@ -82,6 +84,7 @@ class _Run:
     produced: set[str] = field(default_factory=set)  # tensors written by the run's plans
     read: set[str] = field(default_factory=set)  # buffers read by them
     written: set[str] = field(default_factory=set)  # buffers written by them
+    flats: list[FlatContraction | None] = field(default_factory=list)  # per plan taken
     reductions: int = 0
 
 
@@ -105,7 +108,8 @@ def _grow(
         return None
     if product(run.rows) < 2 * settings.goal_groups:
         return None
-    return RowRun(start, stop, run.rows, run.length)
+    plans_taken = tuple(plans[start:stop])
+    return RowRun(start, stop, plans_taken, tuple(run.flats), run.rows, run.length)
 
 
 def _joins(
@@ -124,6 +128,7 @@ def _joins(
             return False
         length = last
     reductions = 0
+    flat = None
     for op in plan.ops:
         if op.kind is OpKind.CONTRACTION:
             flat = flatten(op, bindings)
@@ -145,6 +150,7 @@ def _joins(
     if buffers_written & (run.read | run.written):  # written after a read, or twice
         return False
     run.length = length
+    run.flats.append(flat)
     run.reductions += reductions
     run.produced.update(op.output for op in plan.ops)
     run.read.update(buffers_read)
@@ -192,21 +198,13 @@ def _reduction_length(
 
 
 def generate_run(
-    plans: Sequence[KernelPlan],
-    flats: Sequence[FlatContraction | None],
-    run: RowRun,
-    context: ProgramContext,
-    settings: HardwareSettings,
-    name: str,
+    run: RowRun, context: ProgramContext, settings: HardwareSettings, name: str
 ) -> GeneratedBody | None:
     """One kernel for the run's plans: a work-group per row, the plans' steps in turn."""
     generated: list[GeneratedBody] = []
-    for plan, flat in zip(plans, flats, strict=True):
+    for plan, flat in zip(run.plans, run.flats, strict=True):
         tiles = (*(1 for _ in run.rows), plan.shape[-1])
-        body = generate_group(plan, flat, context, settings, tiles, name)
-        if plan.kind is PlanKind.ELEMENTWISE and settings.vector_loops:
-            body = replace(body, body=widen(body.body, settings.vec_size) or body.body)
-        generated.append(body)
+        generated.append(generate_group(plan, flat, context, settings, tiles, name))
     if len({body.global_size for body in generated}) != 1:
         return None
     outputs = list(dict.fromkeys(b for body in generated for b in body.outputs))
