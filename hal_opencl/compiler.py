@@ -14,6 +14,11 @@ The executor then prepares kernels from the resulting `OpenCLLibrary`.
   issue 10); on disk, tile's store of checked driver caches and binaries (`driver_cache`).
 - A program's kernel objects are created once, with `cl.Kernel(program, name)`; each has a
   lock, because a `cl.Kernel` holds its arguments between `set_args` and the enqueue.
+  pyopencl generates a Python module per kernel object for `set_args` (with its caches off,
+  as `driver_cache` sets them) and files the module's text in `linecache` under a new name
+  each time, never removed: about 4 KB per kernel, for the life of the process (issue 10).
+  `forget_invoker_lines` drops those entries once the kernels exist; only the source lines
+  of those generated frames in a traceback are lost.
 - A failed build raises `BackendCompileError` with the driver's log and the generated source.
 - `TILE_DUMP_DIR`: every program's source is written to `<dir>/<sha256 of source>.cl`.
 """
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import linecache
 import os
 import threading
 import time
@@ -86,9 +92,20 @@ def build_program(
             message = f"the OpenCL compiler of {device} rejected {name!r}"
             raise BackendCompileError(name, source, log, message) from error
     kernels = {kernel: cl.Kernel(program, kernel) for kernel in kernel_names}
+    forget_invoker_lines()
     locks = {kernel: threading.Lock() for kernel in kernel_names}
     seconds = time.perf_counter() - start
     return BuiltProgram(program, kernels, locks, seconds, build_log(program, cl_device))
+
+
+INVOKER_LINES = "<generated: 'pyopencl invoker for "  # how pyopencl names those entries
+
+
+def forget_invoker_lines() -> None:
+    """Drop the `linecache` entries of pyopencl's generated `set_args` modules (module
+    docstring)."""
+    for key in [key for key in list(linecache.cache) if str(key).startswith(INVOKER_LINES)]:
+        linecache.cache.pop(key, None)
 
 
 class OpenCLLibrary(Library):

@@ -5,14 +5,16 @@ dumps, and launches of one kernel object from several threads at once."""
 from __future__ import annotations
 
 import dataclasses
+import linecache
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import numpy as np
+import pyopencl as cl
 import pytest
 
 import hal
-from hal_opencl.compiler import OpenCLCompiler
+from hal_opencl.compiler import INVOKER_LINES, OpenCLCompiler, forget_invoker_lines
 from hal_opencl.device import OpenCLDevice
 from hal_opencl.program import ProgramSource
 from semtree import builder as sb
@@ -72,6 +74,29 @@ def test_program_cache_and_kernel_objects(device: hal.Device) -> None:
     assert compiler.builds == 2 and changed.built is not first.built
     assert first.options == ("-cl-mad-enable",)
     assert "__kernel void add_one(" in first.source(0)
+
+
+def test_kernel_objects_leave_nothing_in_linecache(
+    device: hal.Device, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pyopencl files each kernel object's generated set_args module in linecache, never to
+    be removed, when its caches are off (as tile turns them off); the compiler drops those
+    entries (issue 10: memory grew with every build)."""
+    monkeypatch.setattr(cl, "_PYOPENCL_NO_CACHE", True)
+    invokers = lambda: [key for key in linecache.cache if INVOKER_LINES in str(key)]  # noqa: E731
+    compiler = OpenCLCompiler()
+    names = [f"linecache_{index}" for index in range(5)]
+    libraries = [compiler.build(kernel_list(add_one(name)), device) for name in names]  # type: ignore[arg-type]
+    assert compiler.builds == len(names)
+    assert invokers() == []
+    cl.Kernel(libraries[0].built.program, names[0])  # type: ignore[union-attr]
+    assert len(invokers()) == 1  # what pyopencl does, so the check above means something
+    forget_invoker_lines()
+    assert invokers() == []
+    buffers = [upload(device, np.zeros(N, np.float32)), upload(device, np.ones(N, np.float32))]
+    kernel_ = device.executor.prepare(libraries[-1], 0)
+    kernel_.run(buffers).wait()  # the kernels still run
+    np.testing.assert_array_equal(download(buffers[0], np.float32), np.full(N, 2, np.float32))
 
 
 def test_shared_bodies_are_rendered_and_built_once(device: hal.Device) -> None:
