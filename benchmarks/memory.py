@@ -14,14 +14,27 @@ stored: programs restored from the disk cache skip the driver's compiler and all
 differently (PoCL, for one, then keeps no LLVM metadata of its own per kernel), and a warm
 cache gave a different growth than a cold one. `--cache user` measures with the usual cache.
 
-What the growth on PoCL is not (measured on AMD Zen 4, PoCL 3.0, 2026-11-27): not PoCL's
-per-context LLVM state. A device that moved to a new OpenCL context every 100 programs (old
-contexts released, verified by counting live queues) grew exactly as much as one that kept
-its context: glibc's in-use bytes (`mallinfo2`) rose by the same 13.4 MB from shape 200 to
-600 either way. Python objects account for about 3.7 MB of it (`tracemalloc`); the rest is
-native and outside the context. `malloc_trim(0)` returns about 13 MB once but not the growth.
-Of the Python part, most was pyopencl's: each kernel object's generated `set_args` module
-filed in `linecache` for good (now dropped by `hal_opencl.compiler.forget_invoker_lines`).
+Where the growth on PoCL comes from (measured on AMD Zen 4, PoCL 3.0 of pyopencl's wheel,
+2026-11-27). PoCL compiles every OpenCL context's programs in one LLVM context that it shares
+between all of them and frees only when the last OpenCL context is released. LLVM never frees
+what a compile leaves in its context: distinct alias-scope metadata made when PoCL inlines a
+kernel with `restrict` parameters into its work-group function, uniqued constants and
+metadata, and PoCL's own buffer of optimisation remarks, which grows by every remark and is
+read only under `POCL_VECTORIZER_REMARKS`. So the growth follows the number of programs ever
+compiled in the process, whatever tile releases:
+- tile's 450 programs replayed with pyopencl alone (one context; or a new context every 100,
+  made while the old one still existed): glibc's in-use bytes (`mallinfo2`) grew 5.6 MB,
+  the same either way; without `restrict` in the sources, 2.2 MB;
+- the same replay releasing every object of the old context before making the new one: flat
+  (129.3 MB after 100 programs and after 450).
+A heaptrack diff of tile itself (150 against 450 new shapes, 10.2 MB more) names the same
+owners: `MDTuple::getImpl` 3.4 MB, the remarks string 2.1 MB, LLVM constants and
+`MetadataAsValue` 1.4 MB; Python objects 1.0 MB. The remedy is to release the device's
+context (every buffer, program, kernel, queue and event of it) before making the next; an
+earlier try that made the new context first changed nothing, since the old one was still
+alive. Of the Python part, most was pyopencl's: each kernel object's generated `set_args`
+module filed in `linecache` for good (now dropped by
+`hal_opencl.compiler.forget_invoker_lines`).
 """
 
 from __future__ import annotations

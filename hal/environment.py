@@ -12,7 +12,26 @@ import os
 
 OFF = frozenset({"", "0", "false", "no", "off"})
 
+# os.environ's own storage and codecs (CPython's `os._Environ`), read directly by `lookup`.
+_ENVIRON = os.environ
+_DATA = getattr(_ENVIRON, "_data", None)
+_ENCODE = getattr(_ENVIRON, "encodekey", None)
+_DECODE = getattr(_ENVIRON, "decodevalue", None)
+
+
+def lookup(name: str) -> str:
+    """`os.environ.get(name, "")`, for variables read on every call (a launch reads two).
+
+    The Mapping path costs 0.7 µs for an unset variable (it raises and catches KeyError);
+    looking in the dictionary behind `os.environ` costs 0.05 µs and sees every change made
+    through `os.environ`, as `os.environ.get` does."""
+    environ = os.environ
+    if environ is not _ENVIRON or _DATA is None or _ENCODE is None or _DECODE is None:
+        return environ.get(name, "")
+    raw = _DATA.get(_ENCODE(name))
+    return "" if raw is None else _DECODE(raw)
+
 
 def flag(name: str) -> bool:
     """Whether the switch `name` is on (module docstring)."""
-    return os.environ.get(name, "").strip().lower() not in OFF
+    return lookup(name).strip().lower() not in OFF

@@ -105,6 +105,17 @@ class Buffer(ABC):
         """End the current mapping. The returned event completes when the device's view
         of the memory is consistent with what the host wrote."""
 
+    def read(self, size: int, deps: Sequence[Event] = ()) -> np.ndarray:
+        """Wait for `deps`, then return a new 1-D uint8 array holding the first `size` bytes.
+        By default a map, a copy and an unmap; a back end whose driver reads in one command
+        does that instead."""
+        view = self.map_current(deps)
+        try:
+            return view[:size].copy()
+        finally:
+            del view
+            self.unmap()
+
 
 class Arena(ABC):
     """One allocation from which buffers are placed at explicit offsets.

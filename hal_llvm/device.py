@@ -5,9 +5,9 @@ for the host CPU. Its compiler (`compiler.py`) turns a KernelList into an `LLVML
 its executor allocates `CpuBuffer`s (`memory.py`), prepares kernels and queues copies and
 fills; its runtime (`runtime.py`) runs every launch in submission order on the thread pool.
 
-`LLVMKernel.run` does no per-work-group Python: it checks the buffers, reuses the ctypes
-parameter array built for the same buffer addresses, and queues one job. ZERO and COPY
-kernels (no body) are a `memset` / `memmove` job.
+`LLVMKernel.run` does no per-work-group Python: it checks the buffers, builds the ctypes
+parameter array (or reuses its last launch's, for the same buffers), and queues one job.
+ZERO and COPY kernels (no body) are a `memset` / `memmove` job.
 """
 
 from __future__ import annotations
@@ -15,13 +15,12 @@ from __future__ import annotations
 import ctypes
 import importlib
 import math
-import threading
 from typing import TYPE_CHECKING
 
 from hal.errors import HalError
 from hal.interfaces import Device, DeviceKind, DeviceSet, Driver, Executor, Kernel
 from hal_llvm.compiler import LLVMCompiler, LLVMLibrary, host, llvm_version
-from hal_llvm.memory import ALIGNMENT, CpuArena, CpuBuffer, host_bytes
+from hal_llvm.memory import ALIGNMENT, CpuArena, CpuBuffer
 from hal_llvm.runtime import CpuRuntime
 
 if TYPE_CHECKING:
@@ -30,11 +29,7 @@ if TYPE_CHECKING:
     from hal.interfaces import Buffer, Event, Library
     from hal_llvm.compiler import Renderer
     from hal_llvm.host import HostCpu
-    from hal_llvm.runtime import LLVMEvent
     from semtree.kernel import HardwareSettings, KernelParam
-
-# Distinct buffer bindings whose parameter arrays a prepared kernel keeps.
-_BINDINGS_KEPT = 8
 
 
 def param_bytes(param: KernelParam) -> int:
@@ -59,8 +54,8 @@ class LLVMKernel(Kernel):
         self._sizes = tuple(param_bytes(param) for param in info.params)
         self._groups = math.prod(info.global_size)
         self._label = f"kernel {info.name}"
-        self._bindings: dict[tuple[int, ...], ctypes.Array[ctypes.c_void_p]] = {}
-        self._bindings_lock = threading.Lock()
+        # The buffer addresses of the last launch and their parameter array (`_bind`).
+        self._binding: tuple[tuple[int, ...], ctypes.Array[ctypes.c_void_p]] | None = None
         self._entry: Callable[[int, int, int], None] | None = None
         # Compared by value: the backend reads KernelKind without importing semtree.kernel.
         self._trivial = info.kind.value if info.body is None else None
@@ -90,18 +85,20 @@ class LLVMKernel(Kernel):
         raise ValueError(f"{role} needs {self._sizes[index]} bytes; the buffer has {checked.size}")
 
     def _bind(self, addresses: tuple[int, ...]) -> ctypes.Array[ctypes.c_void_p]:
-        array = self._bindings.get(addresses)
-        if array is None:
-            array = (ctypes.c_void_p * max(1, len(addresses)))(*addresses)
-            with self._bindings_lock:  # kernels may be launched from several threads
-                if len(self._bindings) >= _BINDINGS_KEPT:
-                    del self._bindings[next(iter(self._bindings))]
-                self._bindings[addresses] = array
+        # The array of the last launch when it had the same buffers (an Invoker with bound
+        # outputs), else a new one: making one costs less than keeping several (a call's
+        # outputs are new buffers every time). The pair is replaced whole, so threads racing
+        # here only make an array more.
+        last = self._binding
+        if last is not None and last[0] == addresses:
+            return last[1]
+        array = (ctypes.c_void_p * max(1, len(addresses)))(*addresses)
+        self._binding = (addresses, array)
         return array
 
     def run(
         self, params: Sequence[Buffer], deps: Sequence[Event] = (), *, profile: bool = False
-    ) -> LLVMEvent:
+    ) -> Event:
         buffers = self._check(params)
         if self._trivial == "zero":
             address, size = buffers[0].address, self._sizes[0]
@@ -122,20 +119,31 @@ class LLVMKernel(Kernel):
                 keep_alive=buffers,
                 profile=profile,
             )
-        assert self._entry is not None
-        array = self._bind(tuple(buffer.address for buffer in buffers))
-        return self._runtime.launch(
-            self._entry,
-            ctypes.addressof(array),
-            self._groups,
+        entry = self._entry
+        assert entry is not None
+        array = self._bind(tuple([buffer.address for buffer in buffers]))
+        params, groups, split = ctypes.addressof(array), self._groups, self._split
+        runtime = self._runtime
+        if self._inline and not deps:  # what a cached call's launch usually is: no job
+            event = runtime.launch_now(
+                entry, params, groups, split=split, label=self._label, profile=profile
+            )
+            if event is not None:
+                return event
+        run_grid = runtime.run_grid
+
+        def launch() -> None:
+            run_grid(entry, params, groups, split=split)
+
+        return runtime.submit(
+            launch,
             deps,
-            split=self._split,
-            inline=self._inline,
             label=self._label,
             # The array holds raw addresses only: the job must own the buffers (and the
             # JIT code) until it completes (PERFORMANCE.md 4.3).
             keep_alive=(buffers, array, self.library),
             profile=profile,
+            inline=self._inline,
         )
 
     def __repr__(self) -> str:
@@ -152,7 +160,7 @@ class LLVMExecutor(Executor):
         self.runtime = runtime
 
     def allocate(self, size: int) -> CpuBuffer:
-        return CpuBuffer(self.device, host_bytes(self.device.id, size))
+        return CpuBuffer.allocate(self.device, size)
 
     def make_arena(self, size: int) -> CpuArena:
         return CpuArena(self.device, size)
@@ -170,7 +178,7 @@ class LLVMExecutor(Executor):
         dst_offset: int,
         size: int,
         deps: Sequence[Event] = (),
-    ) -> LLVMEvent:
+    ) -> Event:
         source = _as_cpu_buffer(src, "the copy source")
         target = _as_cpu_buffer(dst, "the copy destination")
         for buffer, offset, role in ((source, src_offset, "source"), (target, dst_offset, "dest")):
@@ -187,7 +195,7 @@ class LLVMExecutor(Executor):
             keep_alive=(source, target),
         )
 
-    def fill_zero(self, dst: Buffer, deps: Sequence[Event] = ()) -> LLVMEvent:
+    def fill_zero(self, dst: Buffer, deps: Sequence[Event] = ()) -> Event:
         target = _as_cpu_buffer(dst, "the fill destination")
         address, size = target.address, target.size
         return self.runtime.submit(

@@ -16,6 +16,7 @@ is `hal.OutOfMemoryError` too.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 from typing import TYPE_CHECKING
@@ -49,25 +50,37 @@ HOST_MEMORY = physical_memory()
 def aligned_bytes(size: int, alignment: int = ALIGNMENT) -> np.ndarray:
     """A 1-D uint8 array of `size` bytes whose first byte is `alignment`-aligned
     (over-allocate, then slice; the slice keeps the whole allocation alive)."""
+    return _aligned(size, alignment)[0]
+
+
+def _aligned(size: int, alignment: int) -> tuple[np.ndarray, int]:
+    # `aligned_bytes` and the address of its first byte. The address comes from ctypes'
+    # view of the fresh, writable, non-empty allocation: 4x quicker than `array.ctypes.data`,
+    # and every launch allocates its outputs.
     if size < 0:
         raise ValueError(f"a buffer size cannot be negative ({size})")
     raw = np.empty(size + alignment, dtype=np.uint8)
-    start = -raw.ctypes.data % alignment
+    base = ctypes.addressof(ctypes.c_char.from_buffer(raw))
+    start = -base % alignment
     # Slice a non-empty range first: numpy gives an empty slice taken directly the base
     # pointer, which would make a zero-byte buffer misaligned.
-    return raw[start : start + max(size, 1)][:size]
+    return raw[start : start + max(size, 1)][:size], base + start
 
 
 def host_bytes(device: str, size: int, alignment: int = ALIGNMENT) -> np.ndarray:
     """`aligned_bytes(size, alignment)` for `device`, or OutOfMemoryError when the size is
     more than the machine's memory or the host cannot allocate it (module docstring)."""
+    return _host_bytes(device, size, alignment)[0]
+
+
+def _host_bytes(device: str, size: int, alignment: int) -> tuple[np.ndarray, int]:
     if size < 0:
         raise ValueError(f"a buffer size cannot be negative ({size})")
     limit = HOST_MEMORY
     if limit is not None and size > limit:
         raise OutOfMemoryError(device, size, f"more than the host's memory ({limit} bytes)")
     try:
-        return aligned_bytes(size, alignment)
+        return _aligned(size, alignment)
     except (MemoryError, ValueError) as error:  # ValueError: more than numpy can address
         raise OutOfMemoryError(device, size, f"the host refused it ({error})") from error
 
@@ -78,10 +91,20 @@ class CpuBuffer(Buffer):
     def __init__(self, device: Device, storage: np.ndarray) -> None:
         if storage.dtype != np.uint8 or storage.ndim != 1 or not storage.flags.c_contiguous:
             raise ValueError("a CpuBuffer needs a contiguous 1-D uint8 array")
+        self._init(device, storage, int(storage.ctypes.data))
+
+    @classmethod
+    def allocate(cls, device: Device, size: int) -> CpuBuffer:
+        """A new buffer of `size` bytes, 64-byte aligned (OutOfMemoryError: `host_bytes`)."""
+        buffer = cls.__new__(cls)
+        buffer._init(device, *_host_bytes(device.id, size, ALIGNMENT))
+        return buffer
+
+    def _init(self, device: Device, storage: np.ndarray, address: int) -> None:
         self.device = device
-        self.size = int(storage.size)
+        self.size = storage.size
         self.storage = storage  # the bytes themselves; kernels write here directly
-        self.address = int(storage.ctypes.data)  # what the kernel parameter array holds
+        self.address = address  # what the kernel parameter array holds
         self._lock = threading.Lock()
         self._maps = 0
 

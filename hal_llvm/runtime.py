@@ -1,7 +1,8 @@
 """The CPU device's in-order queue and thread pool: how launches run and events complete (7.4).
 
 Place in the pipeline: `LLVMKernel.run`, `LLVMExecutor.copy` and `fill_zero` submit *jobs*
-here and return an `LLVMEvent` at once. Threading design:
+here and return an event at once: an `LLVMEvent`, or one already complete for a job that
+ran inline (below). Threading design:
 
 - **Scheduler**: one thread per device takes jobs in submission order (an in-order queue,
   like an OpenCL queue). For each job it waits for the dependencies (only foreign events
@@ -41,7 +42,7 @@ from queue import SimpleQueue
 from typing import TYPE_CHECKING
 
 from hal.errors import ExecutionError, HalError
-from hal.events import SettableEvent, dependency_failure
+from hal.events import CompletedEvent, FailedEvent, SettableEvent, dependency_failure
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -100,6 +101,27 @@ class _Job:
         self.event = event
         self.keep_alive = keep_alive
         self.profile = profile
+
+
+def _run_now(action: Callable[[], None], deps: Sequence[Event], label: str, profile: bool) -> Event:
+    """Run an inline job on this thread (its dependencies are complete) and return its event,
+    already complete: no event to create, complete and wake, as a queued job needs."""
+    failure: BaseException | None = None
+    try:
+        failure = dependency_failure(deps, label or "a job") if deps else None
+        if failure is None:
+            if not profile:
+                action()
+                return CompletedEvent()
+            start = time.perf_counter_ns()
+            action()
+            return CompletedEvent(time.perf_counter_ns() - start)
+    except HalError as error:
+        failure = error
+    except BaseException as error:
+        failure = ExecutionError(f"{label or 'a job'} failed: {error!r}")
+        failure.__cause__ = error
+    return FailedEvent(failure)
 
 
 class _SplitLaunch:
@@ -186,17 +208,15 @@ class CpuRuntime:
         keep_alive: object = None,
         profile: bool = False,
         inline: bool = False,
-    ) -> LLVMEvent:
+    ) -> Event:
         """Queue `action` to run on the scheduler once `deps` complete; never blocks, except
         that with `inline` a job whose dependencies are complete, submitted to an idle queue,
-        runs at once on this thread (module docstring).
+        runs at once on this thread and its event is returned complete (module docstring).
 
         `keep_alive` is held until just before the event completes. An exception from
         `action` fails the event (wrapped in ExecutionError unless it is a HalError).
         """
-        event = LLVMEvent(label)
-        job = _Job(action, tuple(deps), event, keep_alive, profile)
-        ready = inline and all(dep.is_complete for dep in job.deps)
+        ready = inline and all(dep.is_complete for dep in deps)
         with self._state_lock:
             if self._closed:
                 raise HalError(f"{self.name} is closed")
@@ -204,12 +224,47 @@ class CpuRuntime:
             if self._scheduler is None:
                 self._start()  # the helpers take part in inline launches too
             if not (ready and self._pending == 1):
-                self._jobs.put(job)
+                event = LLVMEvent(label)
+                self._jobs.put(_Job(action, tuple(deps), event, keep_alive, profile))
                 return event
-        with self._running:
-            self._execute(job)
-        self._finished()
-        return event
+        try:
+            with self._running:
+                return _run_now(action, deps, label, profile)
+        finally:
+            self._finished()
+
+    def launch_now(
+        self, entry: GridEntry, params: int, groups: int, *, split: bool, label: str, profile: bool
+    ) -> Event | None:
+        """Run a short grid launch with no dependencies at once on this thread and return its
+        completed event, if the queue is idle; None (nothing done) if it is not, and the
+        launch must be queued (`launch`). `submit(inline=True)` without the job around it:
+        what a cached call's kernel takes."""
+        with self._state_lock:
+            if self._closed:
+                raise HalError(f"{self.name} is closed")
+            if self._pending:
+                return None
+            self._pending = 1
+            if self._scheduler is None:
+                self._start()  # the helpers take part in inline launches too
+        try:
+            with self._running:
+                start = time.perf_counter_ns() if profile else 0
+                try:
+                    if split and groups > 1 and self.threads > 1:
+                        self.run_grid(entry, params, groups, split=True)
+                    elif groups > 0:
+                        entry(params, 0, groups)
+                except HalError as error:
+                    return FailedEvent(error)
+                except BaseException as error:
+                    failure = ExecutionError(f"{label or 'a job'} failed: {error!r}")
+                    failure.__cause__ = error
+                    return FailedEvent(failure)
+                return CompletedEvent(time.perf_counter_ns() - start if profile else None)
+        finally:
+            self._finished()
 
     def launch(
         self,
@@ -223,7 +278,7 @@ class CpuRuntime:
         keep_alive: object = None,
         profile: bool = False,
         inline: bool = False,
-    ) -> LLVMEvent:
+    ) -> Event:
         """Queue a grid launch: `entry(params, begin, end)` over work-groups [0, groups),
         split across the compute threads when `split` is True and the grid has more than
         one work-group; with `inline`, it may run on this thread (`submit`)."""

@@ -188,14 +188,20 @@ class OpenCLKernel(Kernel):
             raise ValueError(
                 f"{self._label} takes {len(self._sizes)} buffers, {len(buffers)} were given"
             )
-        for index, buffer in enumerate(buffers):
-            role = f"parameter {self.info.params[index].name!r} of {self._label}"
-            checked = self._executor._buffer(buffer, role)
-            if checked.size < self._sizes[index]:
-                raise ValueError(
-                    f"{role} needs {self._sizes[index]} bytes; the buffer has {checked.size}"
-                )
+        queue = self._executor.queue
+        for index, buffer in enumerate(buffers):  # every launch: no formatting unless it fails
+            if (
+                not isinstance(buffer, OpenCLBuffer)
+                or buffer.queue is not queue
+                or buffer.size < self._sizes[index]
+            ):
+                self._reject(index, buffer)
         return buffers  # type: ignore[return-value] (checked above)
+
+    def _reject(self, index: int, buffer: Buffer) -> None:
+        role = f"parameter {self.info.params[index].name!r} of {self._label}"
+        checked = self._executor._buffer(buffer, role)
+        raise ValueError(f"{role} needs {self._sizes[index]} bytes; the buffer has {checked.size}")
 
     def run(
         self, params: Sequence[Buffer], deps: Sequence[Event] = (), *, profile: bool = False

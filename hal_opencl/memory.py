@@ -6,8 +6,9 @@ outputs. Memory is allocated with `ALLOC_HOST_PTR` on host-unified devices (CPUs
 integrated GPUs), where a map is the same host memory every time (zero copy), and as plain
 device memory on discrete GPUs, where a map makes the driver transfer.
 
-Maps are blocking `clEnqueueMapBuffer`s after the given events (waited for on the host, so
-that a failed dependency raises); `unmap()` enqueues the unmap and returns its event. Maps
+Maps are blocking `clEnqueueMapBuffer`s after the given events: those already on the buffer's
+queue are the map's wait list, the others are waited for on the host first; a failed
+dependency raises. `unmap()` enqueues the unmap and returns its event. Maps
 nest, as in OpenCL: each `unmap()` ends the most recent one. A zero-byte buffer holds a
 one-byte allocation (OpenCL has no empty buffers) and maps to an empty array.
 
@@ -93,18 +94,61 @@ class OpenCLBuffer(Buffer):
         self._lock = threading.Lock()
         self._maps: list[np.ndarray] = []
 
+    def _queued_first(self, deps: Sequence[Event]) -> list[OpenCLEvent]:
+        """Wait for those of `deps` that are not commands already on this buffer's queue, and
+        return those that are: they go in the wait list of the command that maps or reads,
+        and one host wait covers both (a host wait for a kernel, then one for the map, cost
+        twice as long on PoCL). Once that command is done, they are complete, and the
+        caller raises the failure of any of them as waiting for it would have."""
+        queued = [
+            dep
+            for dep in deps
+            if isinstance(dep, OpenCLEvent) and dep.queue is self.queue and dep.cl_event
+        ]
+        wait_all([dep for dep in deps if dep not in queued] if queued else deps)
+        return queued
+
     def _map(self, deps: Sequence[Event], flags: int) -> np.ndarray:
-        wait_all(deps)
+        queued = self._queued_first(deps)
         if self.size == 0:
+            wait_all(queued)
             array = np.empty(0, np.uint8)
         else:
             queue, handle = self.queue.queue, self.cl_buffer
+            after = [dep.cl_event for dep in queued] or None
             with allocating(self.device.id, self.size):
                 array, _ = cl.enqueue_map_buffer(
-                    queue, handle, flags, 0, (self.size,), np.uint8, is_blocking=True
+                    queue,
+                    handle,
+                    flags,
+                    0,
+                    (self.size,),
+                    np.uint8,
+                    wait_for=after,
+                    is_blocking=True,
                 )
+            if queued:
+                try:
+                    wait_all(queued)
+                except BaseException:
+                    array.base.release(queue)
+                    raise
         with self._lock:
             self._maps.append(array)
+        return array
+
+    def read(self, size: int, deps: Sequence[Event] = ()) -> np.ndarray:
+        """One blocking `clEnqueueReadBuffer` (no map and unmap: one command instead of two),
+        ordered after `deps` as a map is (`_queued_first`)."""
+        queued = self._queued_first(deps)
+        array = np.empty(size, np.uint8)
+        if size:
+            after = [dep.cl_event for dep in queued] or None
+            with allocating(self.device.id, size):
+                cl.enqueue_copy(
+                    self.queue.queue, array, self.cl_buffer, wait_for=after, is_blocking=True
+                )
+        wait_all(queued)  # complete by now: raises the failure of one
         return array
 
     def map_current(self, deps: Sequence[Event] = (), *, writable: bool = False) -> np.ndarray:

@@ -110,10 +110,15 @@ def test_vector_add_through_the_device(split: bool) -> None:
         out = device.executor.allocate(105 * 4)
         event = kernel.run([out, left, right])
         np.testing.assert_array_equal(download(out, np.float32, [event]), a + b)
-        # A second launch with the same buffers reuses the parameter array.
+        # Other buffers get a parameter array of their own; the same buffers again reuse it.
+        first = kernel._binding
         again = kernel.run([out, right, right])
         np.testing.assert_array_equal(download(out, np.float32, [again]), b + b)
-        assert len(kernel._bindings) == 2
+        assert kernel._binding is not first
+        second = kernel._binding
+        assert second is not None
+        kernel.run([out, right, right]).wait()
+        assert kernel._binding is second
     finally:
         device.close()
 

@@ -278,6 +278,25 @@ def test_an_inline_failure_fails_its_event_not_the_caller(cpu_device) -> None:
         event.wait(timeout=10)
 
 
+def test_an_inline_launch_reports_its_duration_and_a_failed_dependency(cpu_device) -> None:
+    runtime, names = cpu_device.runtime, []
+    timed = runtime.launch(_recorder(names), 0, 1, split=False, inline=True, profile=True)
+    untimed = runtime.launch(_recorder(names), 0, 1, split=False, inline=True)
+    assert timed.is_complete and untimed.is_complete and len(names) == 2
+    duration = timed.duration_ns()
+    assert duration is not None and duration > 0 and untimed.duration_ns() is None
+    failed = SettableEvent("failed")
+    failed.set_exception(HalError("upstream"))
+    skipped = runtime.launch(_recorder(names), 0, 1, [failed], split=False, inline=True)
+    assert skipped.is_complete and len(names) == 2  # complete, and never ran
+    with pytest.raises(DependencyFailed) as caught:
+        skipped.wait(timeout=10)
+    assert caught.value.cause is failed.exception()
+    seen: list[object] = []
+    skipped.add_done_callback(seen.append)
+    assert seen == [skipped]
+
+
 def test_close_drains_the_queue_and_refuses_new_work() -> None:
     device = make_device()
     increment = device.executor.prepare(slow_increment_library(device, GROUPS, 500), 0)

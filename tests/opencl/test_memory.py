@@ -5,12 +5,16 @@ the buffers a kernel is given."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pyopencl as cl
 import pytest
 
 import hal
+from hal.events import SettableEvent
 from hal_llvm.memory import CpuBuffer
+from hal_opencl.queue import OpenCLEvent
 from semtree.kernel import Direction, KernelInfo, KernelKind, KernelParam
 from semtree.types import DType
 from tests.opencl.harness import download, kernel_list, upload
@@ -198,3 +202,46 @@ def test_other_driver_errors_pass_unchanged(
     monkeypatch.setattr(cl, "Buffer", refuse)
     with pytest.raises(cl.Error, match="INVALID_CONTEXT"):
         device.executor.allocate(64)
+
+
+def test_reads_and_maps_after_commands_of_the_queue(device: hal.Device) -> None:
+    """A read or map puts the commands of its own queue it depends on in its wait list
+    (no host wait between them) and waits for anything else on the host first."""
+    executor = device.executor
+    source = upload(device, np.arange(64, dtype=np.uint8))
+    target = executor.allocate(64)
+    copied = executor.copy(source, 0, target, 0, 64)
+    assert isinstance(copied, OpenCLEvent) and copied.queue is target.queue  # type: ignore[attr-defined]
+    assert target.read(64, [copied]).tolist() == list(range(64))
+    assert target.read(5).tolist() == list(range(5))  # the first bytes only
+    gate = SettableEvent("gate")
+    again = executor.copy(source, 0, target, 0, 64, [gate])  # deferred: not yet a command
+    threading.Timer(0.05, gate.set_result).start()
+    view = target.map_current([again])
+    assert view.tolist() == list(range(64))
+    target.unmap().wait()
+    failed = SettableEvent("failed")
+    failed.set_exception(hal.HalError("upstream"))
+    with pytest.raises(hal.HalError, match="upstream"):
+        target.read(64, [failed])
+    empty = executor.allocate(0)
+    assert empty.read(0, [executor.copy(source, 0, empty, 0, 0)]).size == 0
+
+
+def test_a_failed_command_of_the_queue_fails_the_read_and_the_map(
+    device: hal.Device, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = upload(device, np.arange(16, dtype=np.uint8))
+    target = device.executor.allocate(16)
+    copied = device.executor.copy(source, 0, target, 0, 16)
+    copied.wait()
+    # As if the driver had reported the copy failed (status < 0): the map or read that
+    # listed it raises, and leaves nothing mapped.
+    monkeypatch.setattr(OpenCLEvent, "_status", lambda self: -5)
+    with pytest.raises(hal.ExecutionError, match="status -5"):
+        target.read(16, [copied])
+    with pytest.raises(hal.ExecutionError, match="status -5"):
+        target.map_current([copied])
+    monkeypatch.undo()
+    assert not target.is_mapped  # type: ignore[attr-defined]
+    assert download(target, np.uint8).tolist() == list(range(16))

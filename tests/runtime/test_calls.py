@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import tile
+from hal.events import SettableEvent
 from tests.shipped import SHIPPED, shipped_devices
 
 if TYPE_CHECKING:
@@ -105,6 +106,9 @@ def test_repeated_calls_reuse_the_program_and_stay_checked() -> None:
             out = function(a, b)["O"]
             np.testing.assert_array_equal(out.numpy(), np.arange(n) + round_ - 1)
     assert programs.misses == 2 and programs.hits == 4
+    out = function(B=b, A=a)["O"]  # keywords in another order: the same signature
+    np.testing.assert_array_equal(out.numpy(), np.arange(3) + 1)
+    assert programs.misses == 2 and programs.hits == 5 and function._last is not None
     cpu.clear_cache()
     out = function(a, b)["O"]  # the last signature, its program gone: compiled again
     np.testing.assert_array_equal(out.numpy(), np.arange(3) + 1)
@@ -114,3 +118,24 @@ def test_repeated_calls_reuse_the_program_and_stay_checked() -> None:
         function(a, elsewhere)
     with pytest.raises(tile.DeviceMismatch):
         function(a, b, device=other)
+
+
+def test_an_upload_hands_its_order_to_the_unmap() -> None:
+    """After a host write, what comes next waits for the unmap itself, not for a marker that
+    a helper thread completes: on OpenCL, a kernel that reads an uploaded tensor is enqueued
+    at once (behind the unmap on the in-order queue), not deferred."""
+    function = tile.Function("function (A) -> (O) { O = A * 2; }", "double")
+    for device in shipped_devices().values():
+        for round_ in range(20):
+            a = tile.Tensor.from_numpy(f32(1, 2, 3) + round_, device)
+            last = a._state.last_write
+            assert last is None or last.is_complete or not isinstance(last, SettableEvent)
+            out = function(a)["O"]
+            written = out._state.last_write
+            assert written is not None and getattr(written, "staged", True)
+            np.testing.assert_array_equal(out.numpy(), (f32(1, 2, 3) + round_) * 2)
+            with a.mmap_current() as view:  # a host read: the same for its readers
+                assert view.tolist() == [1 + round_, 2 + round_, 3 + round_]
+            assert all(
+                read.is_complete or not isinstance(read, SettableEvent) for read in a._state.reads
+            )

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
 import tile
 from hal import registry
-from hal.environment import flag
+from hal.environment import flag, lookup
 from hal.errors import DeviceUnavailableError
 
 NEGATE = "function (A[N]) -> (B) { B = -A; }"
@@ -63,3 +65,18 @@ def test_profile_switch(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TILE_PROFILE", "off")
     run = tile.Invoker(NEGATE, {"A": np.ones(4, np.float32)}, device="llvm_cpu.0").invoke()
     assert all(duration is None for _, duration in run.profile())
+
+
+def test_lookup_sees_every_change_to_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`lookup` reads os.environ's own storage: it agrees with os.environ.get through
+    setting, changing, deleting, non-ASCII values and a replaced os.environ."""
+    name = "TILE_TEST_LOOKUP"
+    monkeypatch.delenv(name, raising=False)
+    assert lookup(name) == ""
+    for value in ("1", "", " on ", "é ü"):
+        monkeypatch.setenv(name, value)
+        assert lookup(name) == os.environ.get(name) == value
+    monkeypatch.delenv(name)
+    assert lookup(name) == ""
+    monkeypatch.setattr(os, "environ", {name: "plain"})
+    assert lookup(name) == "plain"

@@ -251,7 +251,7 @@ def test_a_refused_map(cpu: tile.Device, monkeypatch: pytest.MonkeyPatch) -> Non
 
     monkeypatch.setattr(buffer, "map_current", refuse)
     monkeypatch.setattr(buffer, "map_discard", refuse)
-    with pytest.raises(tile.TileOutOfMemory, match="mapping it for the host: no room") as caught:
+    with pytest.raises(tile.TileOutOfMemory, match="reading it for the host: no room") as caught:
         tensor.to_numpy()
     check_error(caught.value, "X", (2, 3), 12, cpu.id)
     for writing in (lambda: tensor.mmap_current(writable=True), tensor.mmap_discard):

@@ -52,6 +52,7 @@ class Function:
         if not self.floatx.is_float:
             raise ValueError(f"floatx must be a float type, not {self.floatx}")
         self.ast, self.warnings = self._front_end(source)
+        self._inputs = tuple(decl.name for decl in self.ast.inputs)  # every call reads these
 
     def _front_end(self, source: str) -> tuple[FunctionDef, tuple[Diagnostic, ...]]:
         """Parse and check `source` (the runtime's Function looks on disk first)."""
@@ -59,7 +60,7 @@ class Function:
 
     @property
     def inputs(self) -> tuple[str, ...]:
-        return tuple(decl.name for decl in self.ast.inputs)
+        return self._inputs
 
     @property
     def outputs(self) -> tuple[str, ...]:

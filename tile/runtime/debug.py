@@ -32,6 +32,8 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hal.environment import lookup
+
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
@@ -57,7 +59,7 @@ _warned_bad_value = ""
 def level() -> int:
     """The current `TILE_DEBUG` level, 0 to 4 (0 when unset or not a number)."""
     global _parsed
-    raw = os.environ.get(DEBUG_VARIABLE, "")
+    raw = lookup(DEBUG_VARIABLE)
     cached_raw, cached_level = _parsed
     if raw == cached_raw:
         return cached_level

@@ -301,6 +301,24 @@ class DeviceRuntime:
             ) from error
         return BufferState(buffer, nbytes, contents)
 
+    def read(self, state: BufferState) -> np.ndarray:
+        """A copy of `state`'s bytes, as a new 1-D uint8 array, after its last writer (5.5).
+        Errors as `mapped` raises them for a read."""
+        marker = SettableEvent("host read")
+        with self.lock:
+            deps = state.read_deps()
+            state.note_read(marker)
+        try:
+            what = f"tensor '{state.contents.name}'" if state.contents.name else "a tensor"
+            with debug.progress(f"waiting for {what}"):
+                return state.buffer.read(state.nbytes, deps)
+        except OutOfMemoryError as error:
+            raise out_of_memory(error, state.contents, "reading it for the host: ") from error
+        except Exception as error:
+            raise execution_error(error, "reading a tensor") from error
+        finally:
+            marker.set_result()
+
     @contextmanager
     def mapped(
         self, state: BufferState, *, write: bool, discard: bool = False
@@ -347,24 +365,35 @@ class DeviceRuntime:
             yield view
         finally:
             del view, raw
-            _complete_after_unmap(buffer, marker)
+            self._unmap(state, buffer, marker)
+
+    def _unmap(self, state: BufferState, buffer: Buffer, marker: SettableEvent) -> None:
+        """End a map: the marker completes with the unmap. Work ordered after the map from
+        now on waits for the unmap itself, which a device orders without the host where it is
+        a command of its own queue (OpenCL), instead of waiting for the marker."""
+        try:
+            unmapped = buffer.unmap()
+        except BaseException as error:
+            marker.set_exception(error)
+            raise
+        if unmapped.is_complete:
+            _finish(marker, unmapped)
+            return
+        with self.lock:
+            if state.last_write is marker:
+                state.last_write = unmapped
+            elif marker in state.reads:
+                state.reads = [unmapped if read is marker else read for read in state.reads]
+        unmapped.add_done_callback(lambda event: _finish(marker, event))
 
 
-def _complete_after_unmap(buffer: Buffer, marker: SettableEvent) -> None:
-    try:
-        unmapped = buffer.unmap()
-    except BaseException as error:
-        marker.set_exception(error)
-        raise
-
-    def finish(event: Event) -> None:
-        failure = event.exception()
-        if failure is None:
-            marker.set_result()
-        else:
-            marker.set_exception(failure)
-
-    unmapped.add_done_callback(finish)
+def _finish(marker: SettableEvent, unmapped: Event) -> None:
+    """Complete `marker` as the complete event `unmapped` did."""
+    failure = unmapped.exception()
+    if failure is None:
+        marker.set_result()
+    else:
+        marker.set_exception(failure)
 
 
 def wait_events(events: Sequence[Event], timeout: float | None, operation: str) -> None:

@@ -20,6 +20,7 @@ import numpy as np
 from hal.errors import HalError
 from tile.lower.schedule import OutputSource, make_schedule
 from tile.runtime import debug, store
+from tile.runtime.cache import tensor_entry
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from semtree.kernel import KernelList
     from tile.bind.program import BoundProgram
     from tile.lower.schedule import OutputPlan, Schedule
-    from tile.runtime.cache import ProgramKey
+    from tile.runtime.cache import ProgramKey, SignatureEntry
 
 from tile.runtime.device import BufferState, Contents, DeviceRuntime, build_error, execution_error
 
@@ -50,10 +51,21 @@ class CompiledProgram:
     scratch: dict[int, BufferState] = field(default_factory=dict)
     # Every output's dims and numpy dtype, by user-visible name (what get_output_shape says).
     output_shapes: dict[str, tuple[tuple[int, ...], np.dtype]] = field(init=False)
+    # What a new output tensor is made of, by name: its buffer's description and its
+    # signature entry (computed once: every call makes its outputs).
+    output_parts: dict[str, tuple[Contents, SignatureEntry]] = field(init=False)
+    copied_outputs: tuple[OutputPlan, ...] = field(init=False)  # those of source COPY
 
     def __post_init__(self) -> None:
-        self.output_shapes = {
-            plan.name: (plan.shape.dims, plan.dtype) for plan in self.schedule.outputs
+        outputs = self.schedule.outputs
+        self.output_shapes = {plan.name: (plan.shape.dims, plan.dtype) for plan in outputs}
+        self.copied_outputs = tuple(p for p in outputs if p.source is OutputSource.COPY)
+        self.output_parts = {
+            plan.name: (
+                Contents.of(plan.name, plan.shape),
+                tensor_entry(plan.dtype, plan.shape.dims),
+            )
+            for plan in outputs
         }
 
 
@@ -171,7 +183,7 @@ def execute(
                 continue
             target, dtype = bound
             if plan.source is OutputSource.KERNEL:
-                if dtype == plan.dtype:
+                if dtype is plan.dtype or dtype == plan.dtype:
                     slots[plan.slot] = target
                     placed.append(target)
                     continue
@@ -183,16 +195,17 @@ def execute(
                 after.append((state, target, dtype, plan))
             elif plan.source is OutputSource.INPUT and inputs[plan.input] is not target:
                 after.append((inputs[plan.input], target, dtype, plan))
-        for plan in schedule.outputs:  # copied from slots, which are all filled now
-            if plan.source is OutputSource.COPY and plan.name in outputs:
+        for plan in program.copied_outputs:  # copied from slots, which are all filled now
+            if plan.name in outputs:
                 target, dtype = outputs[plan.name]
                 after.append((slots[plan.slot], target, dtype, plan))
         copies: list[tuple[BufferState, BufferState]] = []
-        if any(state is inputs.get(name) for state in placed for name, _ in schedule.inputs):
+        if placed and _overwrites_an_input(placed, inputs, schedule):
             copies = _private_copies(runtime, schedule, slots)
         # Every allocation succeeded: the program keeps its buffers, and the run starts.
         program.temporaries = temporaries
-        program.scratch.update(scratch)
+        if scratch:
+            program.scratch.update(scratch)
         for state, copy in copies:
             _separate(runtime, schedule, slots, state, copy)
         launches = _launch(program, slots, written, profile)
@@ -226,6 +239,18 @@ def _launch(
             written[id(state)] = event
         launches.append((kernel.info.name, event))
     return launches
+
+
+def _overwrites_an_input(
+    placed: list[BufferState], inputs: Mapping[str, BufferState], schedule: Schedule
+) -> bool:
+    """Whether an output tensor that kernels write is also an input that they read."""
+    for name, _ in schedule.inputs:
+        state = inputs[name]
+        for target in placed:
+            if target is state:
+                return True
+    return False
 
 
 def _private_copies(

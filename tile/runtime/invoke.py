@@ -90,10 +90,9 @@ class Function(FrontEndFunction):
         last = self._last
         if key is not None and last is not None and last[0] == key:
             _, run_device, program_key = last
-            if all(v.device is run_device for v in named.values() if isinstance(v, Tensor)):
-                program = run_device.runtime.programs.get(program_key)  # None once evicted
-                if program is not None:
-                    return launch(run_device, program, named, {}, self.name).outputs
+            program = run_device.runtime.programs.get(program_key)  # None once evicted
+            if program is not None:
+                return launch(run_device, program, named, {}, self.name).outputs
         invoker = Invoker(self, named, device=device)
         outputs = invoker.invoke().outputs
         if key is not None and invoker._program is not None:
@@ -103,17 +102,28 @@ class Function(FrontEndFunction):
 
     def _repeat_key(self, named: Mapping[str, InputValue], device: DeviceLike) -> tuple | None:
         """What a call must share with the last one to reuse its program without checks: the
-        device argument (None or a Device) and the signature of every input, one of them a
-        tensor (which decides the device). None: take the full path (debug logging on, an
-        input missing, a device named by a string, no tensor)."""
+        device argument (None or a Device), the device of the tensor inputs (at least one),
+        and the signature of every input. None: take the full path (debug logging on, an
+        input missing, a device named by a string, no tensor, tensors on several devices)."""
         if debug.level() or len(named) != len(self.inputs):
             return None
         if device is not None and not isinstance(device, Device):
             return None
-        if not any(isinstance(value, Tensor) for value in named.values()):
-            return None
-        entries = tuple(sorted((name, signature_entry(v)) for name, v in named.items()))
-        return (device, entries)
+        entries = []
+        tensors_on = None  # the device of the tensor inputs
+        for name in self.inputs:  # declaration order: the same key whatever the keyword order
+            value = named.get(name)
+            if value is None:
+                return None  # an unknown name in place of this one: the full path reports it
+            if isinstance(value, Tensor):
+                if tensors_on is None:
+                    tensors_on = value.device
+                elif value.device is not tensors_on:
+                    return None  # DeviceMismatch, raised by the full path
+                entries.append(value._entry)
+            else:
+                entries.append(signature_entry(value))
+        return None if tensors_on is None else (device, tensors_on, tuple(entries))
 
     def compile(
         self, *args: InputValue | TensorSpec, device: DeviceLike = None, **inputs: object
@@ -134,6 +144,8 @@ class Function(FrontEndFunction):
         self, args: tuple[InputValue, ...], inputs: Mapping[str, InputValue]
     ) -> dict[str, InputValue]:
         """The inputs of a call by name: `args` bound in declaration order, then `inputs`."""
+        if not args:
+            return dict(inputs)
         names = self.inputs
         if len(args) > len(names):
             declared = ", ".join(names) or "none"

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from hal.interfaces import Event
     from tile.runtime.api import Device, InputValue
+    from tile.runtime.device import BufferState
     from tile.runtime.execute import CompiledProgram, RunRecord
 
 
@@ -36,11 +37,14 @@ def launch(
     uploaded); outputs missing from `given_outputs` (whose shapes the caller checked) are new
     tensors."""
     tensors: dict[str, Tensor] = {}
+    inputs: dict[str, BufferState] = {}
     for name, value in values.items():
         if isinstance(value, Tensor):
             tensors[name] = value
+            inputs[name] = value._state
         elif isinstance(value, np.ndarray) and value.ndim:
-            tensors[name] = Tensor.from_numpy(value, device, name=name)
+            tensor = tensors[name] = Tensor.from_numpy(value, device, name=name)
+            inputs[name] = tensor._state
     outputs: dict[str, Tensor] = {}
     states = {}
     for plan in program.schedule.outputs:
@@ -49,10 +53,11 @@ def launch(
             if plan.source is OutputSource.INPUT:
                 outputs[plan.name] = tensors[plan.input]  # returned unchanged
                 continue
-            tensor = Tensor(device, plan.shape.dims, plan.dtype, name=plan.name)
+            contents, entry = program.output_parts[plan.name]
+            state = device.runtime.allocate(plan.nbytes, contents)
+            tensor = Tensor._over(device, plan.shape.dims, plan.dtype, state, entry)
         outputs[plan.name] = tensor
         states[plan.name] = (tensor._state, tensor.dtype)
-    inputs = {name: tensor._state for name, tensor in tensors.items()}
     timed = debug.enabled(debug.TIMES)  # per-kernel times need profiling events
     profile = timed or flag("TILE_PROFILE")
     record = execute(device.runtime, program, inputs, states, profile=profile)
