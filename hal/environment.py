@@ -17,6 +17,7 @@ _ENVIRON = os.environ
 _DATA = getattr(_ENVIRON, "_data", None)
 _ENCODE = getattr(_ENVIRON, "encodekey", None)
 _DECODE = getattr(_ENVIRON, "decodevalue", None)
+_KEYS: dict[str, object] = {}  # each name as os.environ's storage spells it
 
 
 def lookup(name: str) -> str:
@@ -28,7 +29,10 @@ def lookup(name: str) -> str:
     environ = os.environ
     if environ is not _ENVIRON or _DATA is None or _ENCODE is None or _DECODE is None:
         return environ.get(name, "")
-    raw = _DATA.get(_ENCODE(name))
+    key = _KEYS.get(name)
+    if key is None:
+        key = _KEYS[name] = _ENCODE(name)
+    raw = _DATA.get(key)
     return "" if raw is None else _DECODE(raw)
 
 

@@ -56,6 +56,10 @@ class LLVMKernel(Kernel):
         self._label = f"kernel {info.name}"
         # The buffer addresses of the last launch and their parameter array (`_bind`).
         self._binding: tuple[tuple[int, ...], ctypes.Array[ctypes.c_void_p]] | None = None
+        # The parameter array of the launches that run at once (`CpuRuntime.launch_now`
+        # fills it while it has the queue to itself, so they never share it).
+        self._inline_array = (ctypes.c_void_p * max(1, len(info.params)))()
+        self._inline_params = ctypes.addressof(self._inline_array)
         self._entry: Callable[[int, int, int], None] | None = None
         # Compared by value: the backend reads KernelKind without importing semtree.kernel.
         self._trivial = info.kind.value if info.body is None else None
@@ -121,16 +125,22 @@ class LLVMKernel(Kernel):
             )
         entry = self._entry
         assert entry is not None
-        array = self._bind(tuple([buffer.address for buffer in buffers]))
-        params, groups, split = ctypes.addressof(array), self._groups, self._split
-        runtime = self._runtime
+        addresses = [buffer.address for buffer in buffers]
+        groups, split, runtime = self._groups, self._split, self._runtime
         if self._inline and not deps:  # what a cached call's launch usually is: no job
             event = runtime.launch_now(
-                entry, params, groups, split=split, label=self._label, profile=profile
+                entry,
+                self._inline_params,
+                groups,
+                split=split,
+                label=self._label,
+                profile=profile,
+                fill=(self._inline_array, addresses),
             )
             if event is not None:
                 return event
-        run_grid = runtime.run_grid
+        array = self._bind(tuple(addresses))
+        params, run_grid = ctypes.addressof(array), runtime.run_grid
 
         def launch() -> None:
             run_grid(entry, params, groups, split=split)

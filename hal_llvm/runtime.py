@@ -45,6 +45,7 @@ from hal.errors import ExecutionError, HalError
 from hal.events import CompletedEvent, FailedEvent, SettableEvent, dependency_failure
 
 if TYPE_CHECKING:
+    import ctypes
     from collections.abc import Callable, Sequence
 
     from hal.interfaces import Event
@@ -234,12 +235,22 @@ class CpuRuntime:
             self._finished()
 
     def launch_now(
-        self, entry: GridEntry, params: int, groups: int, *, split: bool, label: str, profile: bool
+        self,
+        entry: GridEntry,
+        params: int,
+        groups: int,
+        *,
+        split: bool,
+        label: str,
+        profile: bool,
+        fill: tuple[ctypes.Array[ctypes.c_void_p], Sequence[int]] | None = None,
     ) -> Event | None:
         """Run a short grid launch with no dependencies at once on this thread and return its
         completed event, if the queue is idle; None (nothing done) if it is not, and the
         launch must be queued (`launch`). `submit(inline=True)` without the job around it:
-        what a cached call's kernel takes."""
+        what a cached call's kernel takes. `fill` (array, addresses): the addresses are
+        written into the array (at `params`) first, once this launch has the queue to itself,
+        so a kernel may keep one array for all its launches that run here."""
         with self._state_lock:
             if self._closed:
                 raise HalError(f"{self.name} is closed")
@@ -250,6 +261,9 @@ class CpuRuntime:
                 self._start()  # the helpers take part in inline launches too
         try:
             with self._running:
+                if fill is not None:
+                    array, addresses = fill
+                    array[: len(addresses)] = addresses
                 start = time.perf_counter_ns() if profile else 0
                 try:
                     if split and groups > 1 and self.threads > 1:

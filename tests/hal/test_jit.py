@@ -9,6 +9,7 @@ import pytest
 from llvmlite import ir
 
 from hal.errors import BackendCompileError, HalError, UnsupportedOnDevice
+from hal.events import SettableEvent
 from hal_llvm.compiler import compile_module, host
 from hal_llvm.grid import emit_grid_entry, grid_symbol
 from hal_llvm.host import HostCpu
@@ -110,15 +111,20 @@ def test_vector_add_through_the_device(split: bool) -> None:
         out = device.executor.allocate(105 * 4)
         event = kernel.run([out, left, right])
         np.testing.assert_array_equal(download(out, np.float32, [event]), a + b)
-        # Other buffers get a parameter array of their own; the same buffers again reuse it.
-        first = kernel._binding
         again = kernel.run([out, right, right])
         np.testing.assert_array_equal(download(out, np.float32, [again]), b + b)
+        # Those ran at once, through the kernel's own array; a queued launch (behind a gate)
+        # gets an array of its own, which the same buffers reuse, and other buffers replace.
+        assert kernel._inline and kernel._binding is None
+        gate = SettableEvent("gate")
+        queued = [kernel.run([out, left, right], [gate])]
+        first = kernel._binding
+        queued.append(kernel.run([out, left, right], [gate]))
+        assert first is not None and kernel._binding is first
+        other = kernel.run([out, right, left], [gate])
         assert kernel._binding is not first
-        second = kernel._binding
-        assert second is not None
-        kernel.run([out, right, right]).wait()
-        assert kernel._binding is second
+        gate.set_result()
+        np.testing.assert_array_equal(download(out, np.float32, [*queued, other]), a + b)
     finally:
         device.close()
 
