@@ -113,6 +113,11 @@ class CpuBuffer(Buffer):
         with self._lock:
             self._maps += 1
 
+    def read(self, size: int, deps: Sequence[Event] = ()) -> np.ndarray:
+        """A copy of the first `size` bytes once `deps` complete (host memory: no map)."""
+        wait_all(deps)
+        return self.storage[:size].copy()
+
     def map_current(self, deps: Sequence[Event] = (), *, writable: bool = False) -> np.ndarray:
         self._map(deps)
         return self.storage if writable else read_only_view(self.storage)

@@ -249,6 +249,7 @@ def test_a_refused_map(cpu: tile.Device, monkeypatch: pytest.MonkeyPatch) -> Non
     def refuse(*args: object, **kwargs: object) -> None:
         raise hal.OutOfMemoryError(cpu.id, buffer.size, "no room to map")
 
+    monkeypatch.setattr(buffer, "read", refuse)
     monkeypatch.setattr(buffer, "map_current", refuse)
     monkeypatch.setattr(buffer, "map_discard", refuse)
     with pytest.raises(tile.TileOutOfMemory, match="reading it for the host: no room") as caught:

@@ -28,7 +28,7 @@ import re
 import sys
 import threading
 import time
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -134,14 +134,19 @@ def progress_enabled() -> bool:
     return _progress_forced or level() >= DEVICES
 
 
-@contextmanager
-def progress(what: str) -> Iterator[None]:
+def progress(what: str) -> AbstractContextManager[None]:
     """Around a compile or a wait: if it lasts more than PROGRESS_AFTER seconds and progress
     is on (the command line, or `TILE_DEBUG>=1`), print `tile: <what> ...` to stderr then, and
-    `tile: <what>: <seconds> s` when it ends, so long work is never silent."""
-    if not progress_enabled():
-        yield
-        return
+    `tile: <what>: <seconds> s` when it ends, so long work is never silent. (Off, it is a
+    context that does nothing: every read of a tensor passes here.)"""
+    return _progress(what) if progress_enabled() else _QUIET
+
+
+_QUIET = nullcontext()
+
+
+@contextmanager
+def _progress(what: str) -> Iterator[None]:
     start = time.perf_counter()
     timer = threading.Timer(PROGRESS_AFTER, _progress_line, (f"tile: {what} ...",))
     timer.daemon = True
