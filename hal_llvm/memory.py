@@ -47,18 +47,11 @@ def physical_memory() -> int | None:
 HOST_MEMORY = physical_memory()
 
 
-def aligned_bytes(size: int, alignment: int = ALIGNMENT) -> np.ndarray:
-    """A 1-D uint8 array of `size` bytes whose first byte is `alignment`-aligned
-    (over-allocate, then slice; the slice keeps the whole allocation alive)."""
-    return _aligned(size, alignment)[0]
-
-
 def _aligned(size: int, alignment: int) -> tuple[np.ndarray, int]:
-    # `aligned_bytes` and the address of its first byte. The address comes from ctypes'
-    # view of the fresh, writable, non-empty allocation: 4x quicker than `array.ctypes.data`,
-    # and every launch allocates its outputs.
-    if size < 0:
-        raise ValueError(f"a buffer size cannot be negative ({size})")
+    """A 1-D uint8 array of `size` bytes whose first byte is `alignment`-aligned
+    (over-allocate, then slice; the slice keeps the whole allocation alive), and that
+    byte's address. The address comes from ctypes' view of the fresh, writable, non-empty
+    allocation: 4x quicker than `array.ctypes.data`, and every launch allocates outputs."""
     raw = np.empty(size + alignment, dtype=np.uint8)
     base = ctypes.addressof(ctypes.c_char.from_buffer(raw))
     start = -base % alignment
@@ -67,13 +60,9 @@ def _aligned(size: int, alignment: int) -> tuple[np.ndarray, int]:
     return raw[start : start + max(size, 1)][:size], base + start
 
 
-def host_bytes(device: str, size: int, alignment: int = ALIGNMENT) -> np.ndarray:
-    """`aligned_bytes(size, alignment)` for `device`, or OutOfMemoryError when the size is
-    more than the machine's memory or the host cannot allocate it (module docstring)."""
-    return _host_bytes(device, size, alignment)[0]
-
-
-def _host_bytes(device: str, size: int, alignment: int) -> tuple[np.ndarray, int]:
+def host_bytes(device: str, size: int, alignment: int = ALIGNMENT) -> tuple[np.ndarray, int]:
+    """`_aligned(size, alignment)` for `device`, or OutOfMemoryError when the size is more
+    than the machine's memory or the host cannot allocate it (module docstring)."""
     if size < 0:
         raise ValueError(f"a buffer size cannot be negative ({size})")
     limit = HOST_MEMORY
@@ -97,7 +86,7 @@ class CpuBuffer(Buffer):
     def allocate(cls, device: Device, size: int) -> CpuBuffer:
         """A new buffer of `size` bytes, 64-byte aligned (OutOfMemoryError: `host_bytes`)."""
         buffer = cls.__new__(cls)
-        buffer._init(device, *_host_bytes(device.id, size, ALIGNMENT))
+        buffer._init(device, *host_bytes(device.id, size))
         return buffer
 
     def _init(self, device: Device, storage: np.ndarray, address: int) -> None:
@@ -149,7 +138,7 @@ class CpuArena(Arena):
         self.device = device
         self.size = size
         self.alignment = alignment
-        self.storage = host_bytes(device.id, size, alignment)
+        self.storage, _ = host_bytes(device.id, size, alignment)
 
     def make_buffer(self, offset: int, size: int) -> CpuBuffer:
         if offset % self.alignment:

@@ -264,19 +264,9 @@ class CpuRuntime:
                 if fill is not None:
                     array, addresses = fill
                     array[: len(addresses)] = addresses
-                start = time.perf_counter_ns() if profile else 0
-                try:
-                    if split and groups > 1 and self.threads > 1:
-                        self.run_grid(entry, params, groups, split=True)
-                    elif groups > 0:
-                        entry(params, 0, groups)
-                except HalError as error:
-                    return FailedEvent(error)
-                except BaseException as error:
-                    failure = ExecutionError(f"{label or 'a job'} failed: {error!r}")
-                    failure.__cause__ = error
-                    return FailedEvent(failure)
-                return CompletedEvent(time.perf_counter_ns() - start if profile else None)
+                return _run_now(
+                    lambda: self.run_grid(entry, params, groups, split=split), (), label, profile
+                )
         finally:
             self._finished()
 

@@ -309,8 +309,7 @@ class DeviceRuntime:
             deps = state.read_deps()
             state.note_read(marker)
         try:
-            what = f"tensor '{state.contents.name}'" if state.contents.name else "a tensor"
-            with debug.progress(f"waiting for {what}"):
+            with debug.progress(_waiting_for(state)):
                 return state.buffer.read(state.nbytes, deps)
         except OutOfMemoryError as error:
             raise out_of_memory(error, state.contents, "reading it for the host: ") from error
@@ -344,8 +343,7 @@ class DeviceRuntime:
                 dependency_failure(deps, "overwriting a tensor")  # a failure is overwritten
                 raw = buffer.map_discard()
             else:
-                what = f"tensor '{state.contents.name}'" if state.contents.name else "a tensor"
-                with debug.progress(f"waiting for {what}"):
+                with debug.progress(_waiting_for(state)):
                     raw = buffer.map_current(deps, writable=write)
         except BaseException as error:
             refused = isinstance(error, OutOfMemoryError)  # nothing was mapped or written
@@ -385,6 +383,12 @@ class DeviceRuntime:
             elif marker in state.reads:
                 state.reads = [unmapped if read is marker else read for read in state.reads]
         unmapped.add_done_callback(lambda event: _finish(marker, event))
+
+
+def _waiting_for(state: BufferState) -> str:
+    """What a host map or read of `state` shows while it waits (`debug.progress`)."""
+    name = state.contents.name
+    return f"waiting for tensor '{name}'" if name else "waiting for a tensor"
 
 
 def _finish(marker: SettableEvent, unmapped: Event) -> None:

@@ -183,7 +183,7 @@ def execute(
                 continue
             target, dtype = bound
             if plan.source is OutputSource.KERNEL:
-                if dtype is plan.dtype or dtype == plan.dtype:
+                if dtype == plan.dtype:
                     slots[plan.slot] = target
                     placed.append(target)
                     continue
