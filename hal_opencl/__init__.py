@@ -4,7 +4,7 @@ Place in the pipeline: the registry calls `make_driver()`, which enumerates ever
 platform and device (`opencl.0`, ...). A device's compiler renders a `KernelList` as one
 OpenCL C program (`render.py`, `program.py`: pure) and builds it (`compiler.py`); its executor
 runs kernels, copies and fills on an in-order queue ordered by events (`executor.py`,
-`queue.py`) over buffers (`memory.py`).
+`queue.py`, `events.py`) over buffers (`memory.py`).
 
 Importing this package imports neither pyopencl nor the kernel IR: `make_driver()` imports
 pyopencl, and the renderer names below are loaded on first use. So a machine without OpenCL

@@ -19,6 +19,10 @@ The executor then prepares kernels from the resulting `OpenCLLibrary`.
   each time, never removed: about 4 KB per kernel, for the life of the process (issue 10).
   `forget_invoker_lines` drops those entries once the kernels exist; only the source lines
   of those generated frames in a traceback are lost.
+- On PoCL the compiler renews the device's context every `RENEW_EVERY` builds
+  (`queue.DeviceQueue.renew`): PoCL keeps what every compile leaves in an LLVM context that
+  it frees only with its last OpenCL context. Built programs follow the renewal: each is
+  built again in the new context when a kernel of it is next launched.
 - A failed build raises `BackendCompileError` with the driver's log and the generated source.
 - `TILE_DUMP_DIR`: every program's source is written to `<dir>/<sha256 of source>.cl`.
 """
@@ -28,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import linecache
+import logging
 import os
 import threading
 import time
@@ -35,7 +40,7 @@ import warnings
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import pyopencl as cl
 
@@ -50,23 +55,64 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from hal_opencl.device import OpenCLDevice
+    from hal_opencl.queue import DeviceQueue
     from semtree.kernel import KernelList
 
     Renderer = Callable[[KernelList, RenderOptions], ProgramSource]
 
 
 _EXPORT_FORMAT = 1
+_log = logging.getLogger("hal_opencl.compiler")
+
+# On a driver that keeps what every compile leaves until its last context is released (PoCL:
+# `DeviceQueue.renew`), the context is renewed before a build once this many programs were
+# built since the last renewal. A renewal parks every live buffer on the host and builds
+# again each live program when next used (from the driver's cache: ~25 ms on PoCL).
+RENEW_EVERY = 200
 
 
-@dataclass
+@dataclass(eq=False)
 class BuiltProgram:
-    """A built program with one kernel object (and its lock) per kernel."""
+    """A built program with one kernel object (and its lock) per kernel.
 
-    program: cl.Program
+    Once `renewable`, it lets go of its program when its queue renews the context and builds
+    it again in the new one when a kernel of it is next asked for (`DeviceQueue.renew`)."""
+
+    program: cl.Program | None
     kernels: dict[str, cl.Kernel]
     locks: dict[str, threading.Lock]
     seconds: float
     log: str = field(repr=False)
+    park_order: ClassVar[int] = 2
+    is_mapped: ClassVar[bool] = False
+    _queue: DeviceQueue | None = field(default=None, repr=False)
+    _generation: int = field(default=0, repr=False)
+    _remake: Callable[[cl.Context], BuiltProgram] | None = field(default=None, repr=False)
+
+    def renewable(
+        self, queue: DeviceQueue, generation: int, remake: Callable[[cl.Context], BuiltProgram]
+    ) -> None:
+        """Follow `queue`'s renewals (built in the context of `generation`), building again
+        with `remake(context)`."""
+        self._queue, self._generation, self._remake = queue, generation, remake
+        queue.hold(self)
+
+    def park(self) -> None:
+        self.program, self.kernels = None, {}
+
+    def unpark(self, context: cl.Context) -> None:
+        """Nothing yet: the program is built again when it is next used."""
+
+    def kernel(self, name: str) -> tuple[cl.Kernel, threading.Lock]:
+        """The kernel object `name` (of the queue's current context: call under its guard)
+        and the lock that guards its arguments."""
+        queue = self._queue
+        if queue is not None and self._generation != queue.generation:
+            assert self._remake is not None
+            again = self._remake(queue.context)
+            self.program, self.kernels = again.program, again.kernels
+            self._generation = queue.generation
+        return self.kernels[name], self.locks[name]
 
 
 def build_program(
@@ -131,13 +177,20 @@ class OpenCLLibrary(Library):
             return f"// {info.name}: {info.kind.value} kernel, run as a buffer fill or copy\n"
         return text
 
-    def entry(self, index: int) -> tuple[cl.Kernel, threading.Lock]:
-        """The kernel object of kernel `index` and the lock that guards its arguments."""
+    def entry_point(self, index: int) -> str:
+        """The name of kernel `index`'s `__kernel` function; HalError when it has none."""
         name = self.program_source.entry_points[index]
         if name is None or self.built is None:
             info = self.kernel_list.kernels[index]
             raise HalError(f"kernel {info.name!r} has no body and therefore no entry point")
-        return self.built.kernels[name], self.built.locks[name]
+        return name
+
+    def entry(self, index: int) -> tuple[cl.Kernel, threading.Lock]:
+        """The kernel object of kernel `index` and the lock that guards its arguments (call
+        under the device queue's guard: the object is of its current context)."""
+        name = self.entry_point(index)
+        assert self.built is not None
+        return self.built.kernel(name)
 
     @property
     def build_log(self) -> str:
@@ -188,6 +241,7 @@ class OpenCLCompiler(Compiler):
     def __init__(self, renderer: Renderer | None = None) -> None:
         self.renderer: Renderer = renderer or render_program
         self.builds = 0  # programs actually built (cache misses)
+        self._renewed = 0  # `builds` when the device's context was last renewed
         self._cache: weakref.WeakValueDictionary[tuple[str, str, tuple[str, ...]], BuiltProgram]
         self._cache = weakref.WeakValueDictionary()
         self._lock = threading.Lock()
@@ -256,18 +310,39 @@ class OpenCLCompiler(Compiler):
             built = self._cache.get(key)
             if built is None:
                 queue = device.queue
-                built = build_program(
-                    queue.context,
-                    device.cl_device,
-                    program_source.text,
-                    options,
-                    names,
-                    name=_program_name(kernel_list),
-                    device=f"{device.id} ({device.description})",
-                )
+                due = self.builds - self._renewed >= RENEW_EVERY
+                if due and getattr(device, "renews_context", False):
+                    self._renew(queue)
+
+                def remake(context: cl.Context) -> BuiltProgram:
+                    return build_program(
+                        context,
+                        device.cl_device,
+                        program_source.text,
+                        options,
+                        names,
+                        name=_program_name(kernel_list),
+                        device=f"{device.id} ({device.description})",
+                    )
+
+                with queue.guard:
+                    context, generation = queue.context, queue.generation
+                built = remake(context)  # a renewal meanwhile: built again when first used
+                built.renewable(queue, generation, remake)
                 self.builds += 1
                 self._cache[key] = built
         return OpenCLLibrary(kernel_list, program_source, built, options)
+
+    def _renew(self, queue: DeviceQueue) -> None:
+        """Renew the device's context (`RENEW_EVERY`); a renewal that fails (the host short
+        of memory to park the buffers in) leaves everything as it was, and is logged."""
+        try:
+            renewed = queue.renew()
+        except Exception:
+            _log.warning("renewing the OpenCL context of %s failed", queue.name, exc_info=True)
+            renewed = False
+        if renewed:
+            self._renewed = self.builds
 
     def clear(self) -> None:
         with self._lock:

@@ -206,6 +206,12 @@ class OpenCLDevice(Device):
         return queue
 
     @property
+    def renews_context(self) -> bool:
+        """Whether the compiler renews the context now and then (`DeviceQueue.renew`): on
+        PoCL, whose compiles leave memory behind until its last context is released."""
+        return platform_key(self.capabilities.platform) == "pocl"
+
+    @property
     def code_identity(self) -> str:
         """The platform, the device, their versions and the driver's (issue 13)."""
         cl_device, capabilities = self.cl_device, self.capabilities

@@ -29,7 +29,8 @@ if TYPE_CHECKING:
     from hal.interfaces import Buffer, Event, Library
     from hal_opencl.compiler import OpenCLLibrary
     from hal_opencl.device import OpenCLDevice
-    from hal_opencl.queue import DeviceQueue, OpenCLEvent
+    from hal_opencl.events import OpenCLEvent
+    from hal_opencl.queue import DeviceQueue
     from semtree.kernel import KernelParam
 
 
@@ -64,28 +65,42 @@ class OpenCLExecutor(Executor):
                 size,
                 f"more than the device allows in one buffer ({capabilities.max_allocation} bytes)",
             )
-        flags = cl.mem_flags.READ_WRITE
-        if capabilities.host_unified_memory:
-            flags |= cl.mem_flags.ALLOC_HOST_PTR  # maps are zero-copy on the host's memory
         with allocating(self.device.id, size):
-            return cl.Buffer(self.queue.context, flags, max(size, 1))
+            return cl.Buffer(self.queue.context, self._flags, max(size, 1))
+
+    @property
+    def _flags(self) -> int:
+        flags = cl.mem_flags.READ_WRITE
+        if self.device.capabilities.host_unified_memory:
+            flags |= cl.mem_flags.ALLOC_HOST_PTR  # maps are zero-copy on the host's memory
+        return flags
 
     def allocate(self, size: int) -> OpenCLBuffer:
         invalidate = self.device.capabilities.map_invalidate
-        return OpenCLBuffer(
-            self.device, self.queue, self._allocate(size), size, invalidate=invalidate
-        )
+        queue = self.queue
+        with queue.guard:  # the buffer is of the context it registers with
+            return OpenCLBuffer(
+                self.device,
+                queue,
+                self._allocate(size),
+                size,
+                invalidate=invalidate,
+                flags=self._flags,
+            )
 
     def make_arena(self, size: int) -> OpenCLArena:
         invalidate = self.device.capabilities.map_invalidate
-        return OpenCLArena(
-            self.device,
-            self.queue,
-            self._allocate(size),
-            size,
-            self.buffer_alignment,
-            invalidate=invalidate,
-        )
+        queue = self.queue
+        with queue.guard:
+            return OpenCLArena(
+                self.device,
+                queue,
+                self._allocate(size),
+                size,
+                self.buffer_alignment,
+                invalidate=invalidate,
+                flags=self._flags,
+            )
 
     def prepare(self, library: Library, index: int) -> OpenCLKernel:
         # Checked by shape: importing the compiler here would import the kernel IR on listing.
@@ -110,38 +125,41 @@ class OpenCLExecutor(Executor):
                     f"copy {role} range [{offset}, {offset + size}) leaves a buffer of "
                     f"{buffer.size} bytes"
                 )
-        queue = self.queue.queue
+        queue = self.queue
         label = f"copy of {size} bytes"
         if size == 0:
-            return self.queue.submit(label, lambda: cl.enqueue_marker(queue), deps)
-        source_handle, target_handle = source.cl_buffer, target.cl_buffer
+            return queue.submit(label, lambda: cl.enqueue_marker(queue.queue), deps)
         start, end = source.offset + src_offset, target.offset + dst_offset
-        if source.allocation is target.allocation and abs(start - end) < size:
+        if source.owner is target.owner and abs(start - end) < size:
             # OpenCL refuses overlapping copies (CL_MEM_COPY_OVERLAP): go through a temporary.
-            with allocating(self.device.id, size):
-                temporary = cl.Buffer(self.queue.context, cl.mem_flags.READ_WRITE, size)
-
             def staged() -> cl.Event:
+                with allocating(self.device.id, size):
+                    temporary = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, size)
                 cl.enqueue_copy(
-                    queue, temporary, source_handle, byte_count=size, src_offset=src_offset
+                    queue.queue,
+                    temporary,
+                    source.cl_buffer,
+                    byte_count=size,
+                    src_offset=src_offset,
                 )
                 return cl.enqueue_copy(
-                    queue, target_handle, temporary, byte_count=size, dst_offset=dst_offset
+                    queue.queue, target.cl_buffer, temporary, byte_count=size, dst_offset=dst_offset
                 )
 
-            return self.queue.submit(label, staged, deps)
+            return queue.submit(label, staged, deps)
 
+        # Handles are read when the command is enqueued, under the queue's guard (renew).
         def direct() -> cl.Event:
             return cl.enqueue_copy(
-                queue,
-                target_handle,
-                source_handle,
+                queue.queue,
+                target.cl_buffer,
+                source.cl_buffer,
                 byte_count=size,
                 src_offset=src_offset,
                 dst_offset=dst_offset,
             )
 
-        return self.queue.submit(label, direct, deps)
+        return queue.submit(label, direct, deps)
 
     def fill_zero(self, dst: Buffer, deps: Sequence[Event] = ()) -> OpenCLEvent:
         target = self._buffer(dst, "the fill destination")
@@ -151,12 +169,14 @@ class OpenCLExecutor(Executor):
         self, target: OpenCLBuffer, size: int, deps: Sequence[Event], label: str
     ) -> OpenCLEvent:
         """Zero the first `size` bytes of `target` (4-byte pattern when the size allows)."""
-        queue, handle = self.queue.queue, target.cl_buffer
+        queue = self.queue
         if size == 0:
-            return self.queue.submit(label, lambda: cl.enqueue_marker(queue), deps)
+            return queue.submit(label, lambda: cl.enqueue_marker(queue.queue), deps)
         pattern = np.uint32(0) if size % 4 == 0 else np.uint8(0)
-        return self.queue.submit(
-            label, lambda: cl.enqueue_fill_buffer(queue, handle, pattern, 0, size), deps
+        return queue.submit(
+            label,
+            lambda: cl.enqueue_fill_buffer(queue.queue, target.cl_buffer, pattern, 0, size),
+            deps,
         )
 
     def flush(self) -> None:
@@ -177,7 +197,9 @@ class OpenCLKernel(Kernel):
         self._trivial = info.kind.value if info.body is None else None
         if self._trivial not in (None, "zero", "copy"):
             raise HalError(f"kernel {info.name!r} of kind {self._trivial!r} has no body")
-        self._entry = library.entry(index) if self._trivial is None else None
+        self._index = index
+        if self._trivial is None:
+            library.entry_point(index)  # raises for a kernel without an entry point
         self._global = tuple(info.global_size)
         self._local = tuple(info.local_size) if any(info.local_size) else None
         self._empty = 0 in self._global
@@ -215,22 +237,21 @@ class OpenCLKernel(Kernel):
         if self._trivial == "copy":
             size = min(self._sizes[0], self._sizes[1])
             return executor.copy(buffers[1], 0, buffers[0], 0, size, deps)
-        queue = executor.queue.queue
+        queue = executor.queue
         enqueue: Callable[[], cl.Event]
         if self._empty:
-            enqueue = lambda: cl.enqueue_marker(queue)  # noqa: E731 (nothing to launch)
+            enqueue = lambda: cl.enqueue_marker(queue.queue)  # noqa: E731 (nothing to launch)
         else:
-            assert self._entry is not None
-            kernel, lock = self._entry
-            handles = [buffer.cl_buffer for buffer in buffers]
+            library, index = self.library, self._index
             global_size, local_size = self._global, self._local
 
-            def enqueue() -> cl.Event:
+            def enqueue() -> cl.Event:  # under the queue's guard: handles of one context
+                kernel, lock = library.entry(index)
                 with lock:
-                    kernel.set_args(*handles)
-                    return cl.enqueue_nd_range_kernel(queue, kernel, global_size, local_size)
+                    kernel.set_args(*[buffer.cl_buffer for buffer in buffers])
+                    return cl.enqueue_nd_range_kernel(queue.queue, kernel, global_size, local_size)
 
-        return executor.queue.submit(self._label, enqueue, deps)
+        return queue.submit(self._label, enqueue, deps)
 
     def __repr__(self) -> str:
         return f"<OpenCLKernel {self.info.name} over {self._global}>"

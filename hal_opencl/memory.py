@@ -12,6 +12,10 @@ dependency raises. `unmap()` enqueues the unmap and returns its event. Maps
 nest, as in OpenCL: each `unmap()` ends the most recent one. A zero-byte buffer holds a
 one-byte allocation (OpenCL has no empty buffers) and maps to an empty array.
 
+A renewal of the device's context (`queue.DeviceQueue.renew`) parks every buffer's bytes on
+the host and remakes the buffer (an arena's parts: the sub-buffer) in the new context, so
+`cl_buffer` is read only under the queue's guard, where commands are enqueued.
+
 An `OpenCLArena` is one buffer whose parts are sub-buffers (`get_sub_region`) at offsets that
 are multiples of the device's base address alignment (`mem_base_addr_align`, 128 bytes on PoCL).
 
@@ -37,7 +41,7 @@ import pyopencl as cl
 from hal.errors import HalError, OutOfMemoryError
 from hal.events import CompletedEvent, wait_all
 from hal.interfaces import Arena, Buffer, read_only_view
-from hal_opencl.queue import OpenCLEvent
+from hal_opencl.events import OpenCLEvent
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -70,8 +74,10 @@ def allocating(device: str, size: int) -> Iterator[None]:
 class OpenCLBuffer(Buffer):
     """`size` bytes of device memory: a `cl.Buffer`, or a sub-buffer of an arena's.
 
-    `allocation` is the `cl.Buffer` the bytes live in and `offset` where they start in it
-    (copies between overlapping ranges of one allocation are staged through a temporary)."""
+    `owner` is what the bytes live in (the buffer itself, or its arena), `offset` where they
+    start in it (copies between overlapping ranges of one owner are staged through a
+    temporary). Read `cl_buffer` only under the queue's guard (`DeviceQueue.renew` replaces
+    it)."""
 
     def __init__(
         self,
@@ -80,19 +86,43 @@ class OpenCLBuffer(Buffer):
         cl_buffer: cl.Buffer,
         size: int,
         *,
-        allocation: cl.Buffer | None = None,
+        arena: OpenCLArena | None = None,
         offset: int = 0,
         invalidate: bool = True,
+        flags: int = 0,
     ) -> None:
         self.device = device
         self.queue = queue
         self.cl_buffer = cl_buffer
         self.size = size
-        self.allocation = cl_buffer if allocation is None else allocation
+        self.arena = arena
+        self.owner: object = self if arena is None else arena
         self.offset = offset
         self._invalidate = invalidate  # WRITE_INVALIDATE_REGION exists (OpenCL 1.2 and later)
+        self._flags = flags  # those it was made with (kept to remake it)
         self._lock = threading.Lock()
         self._maps: list[np.ndarray] = []
+        self._parked: np.ndarray | None = None
+        self.park_order = 0 if arena is not None else 1
+        queue.hold(self)
+
+    # ---- a renewed context (DeviceQueue.renew) -------------------------------------------
+
+    def park(self) -> None:
+        if self.arena is None:
+            self._parked = _bytes_of(self.queue.queue, self.cl_buffer, self.size)
+        self.cl_buffer = None
+
+    def unpark(self, context: cl.Context) -> None:
+        if self.arena is None:
+            self.cl_buffer = _remake(context, self._flags, self._parked, self.size)
+            self._parked = None
+        else:
+            whole = self.arena.cl_buffer
+            part = whole if self.size == 0 else whole.get_sub_region(self.offset, self.size)
+            self.cl_buffer = part
+
+    # ---- host access ---------------------------------------------------------------------
 
     def _queued_first(self, deps: Sequence[Event]) -> list[OpenCLEvent]:
         """Wait for those of `deps` that are not commands already on this buffer's queue, and
@@ -113,28 +143,31 @@ class OpenCLBuffer(Buffer):
         if self.size == 0:
             wait_all(queued)
             array = np.empty(0, np.uint8)
-        else:
-            queue, handle = self.queue.queue, self.cl_buffer
-            after = [dep.cl_event for dep in queued] or None
+            with self._lock:
+                self._maps.append(array)
+            return array
+        with self.queue.blocking() as queue:
             with allocating(self.device.id, self.size):
                 array, _ = cl.enqueue_map_buffer(
                     queue,
-                    handle,
+                    self.cl_buffer,
                     flags,
                     0,
                     (self.size,),
                     np.uint8,
-                    wait_for=after,
+                    wait_for=_wait_list(queued),
                     is_blocking=True,
                 )
-            if queued:
-                try:
-                    wait_all(queued)
-                except BaseException:
-                    array.base.release(queue)
-                    raise
-        with self._lock:
-            self._maps.append(array)
+            with self._lock:  # mapped before a renewal may look
+                self._maps.append(array)
+        if queued:
+            try:
+                wait_all(queued)
+            except BaseException:
+                with self.queue.guard, self._lock:
+                    self._maps[:] = [mapped for mapped in self._maps if mapped is not array]
+                    array.base.release(self.queue.queue)
+                raise
         return array
 
     def read(self, size: int, deps: Sequence[Event] = ()) -> np.ndarray:
@@ -143,10 +176,9 @@ class OpenCLBuffer(Buffer):
         queued = self._queued_first(deps)
         array = np.empty(size, np.uint8)
         if size:
-            after = [dep.cl_event for dep in queued] or None
-            with allocating(self.device.id, size):
+            with self.queue.blocking() as queue, allocating(self.device.id, size):
                 cl.enqueue_copy(
-                    self.queue.queue, array, self.cl_buffer, wait_for=after, is_blocking=True
+                    queue, array, self.cl_buffer, wait_for=_wait_list(queued), is_blocking=True
                 )
         wait_all(queued)  # complete by now: raises the failure of one
         return array
@@ -162,26 +194,29 @@ class OpenCLBuffer(Buffer):
 
     def unmap(self) -> Event:
         """End the most recent map. Raises HalError when the buffer is not mapped."""
-        with self._lock:
-            if not self._maps:
-                raise HalError(f"{self!r} is not mapped")
-            array = self._maps.pop()
-        if array.size == 0:
-            return CompletedEvent()
-        cl_event = array.base.release(self.queue.queue)
-        return OpenCLEvent.enqueued(self.queue, f"unmap of {self.size} bytes", cl_event)
+        with self.queue.guard:  # mapped until unmapped: no renewal between (renew)
+            with self._lock:
+                if not self._maps:
+                    raise HalError(f"{self!r} is not mapped")
+                array = self._maps.pop()
+            if array.size == 0:
+                return CompletedEvent()
+            cl_event = array.base.release(self.queue.queue)
+            return OpenCLEvent.enqueued(self.queue, f"unmap of {self.size} bytes", cl_event)
 
     @property
     def is_mapped(self) -> bool:
         return bool(self._maps)
 
     def __repr__(self) -> str:
-        where = f" at offset {self.offset}" if self.allocation is not self.cl_buffer else ""
+        where = f" at offset {self.offset}" if self.arena is not None else ""
         return f"<OpenCLBuffer {self.size} bytes{where} on {self.device.id}>"
 
 
 class OpenCLArena(Arena):
     """One allocation; `make_buffer` places sub-buffers in it without copying."""
+
+    park_order = 1
 
     def __init__(
         self,
@@ -192,6 +227,7 @@ class OpenCLArena(Arena):
         alignment: int,
         *,
         invalidate: bool = True,
+        flags: int = 0,
     ) -> None:
         self.device = device
         self.queue = queue
@@ -199,6 +235,19 @@ class OpenCLArena(Arena):
         self.size = size
         self.alignment = alignment
         self._invalidate = invalidate
+        self._flags = flags
+        self._parked: np.ndarray | None = None
+        queue.hold(self)
+
+    is_mapped = False  # its parts are mapped, not the arena
+
+    def park(self) -> None:
+        self._parked = _bytes_of(self.queue.queue, self.cl_buffer, self.size)
+        self.cl_buffer = None
+
+    def unpark(self, context: cl.Context) -> None:
+        self.cl_buffer = _remake(context, self._flags, self._parked, self.size)
+        self._parked = None
 
     def make_buffer(self, offset: int, size: int) -> OpenCLBuffer:
         if offset % self.alignment:
@@ -207,16 +256,41 @@ class OpenCLArena(Arena):
             raise ValueError(
                 f"bytes [{offset}, {offset + size}) do not fit an arena of {self.size} bytes"
             )
-        part = self.cl_buffer if size == 0 else self.cl_buffer.get_sub_region(offset, size)
-        return OpenCLBuffer(
-            self.device,
-            self.queue,
-            part,
-            size,
-            allocation=self.cl_buffer,
-            offset=offset,
-            invalidate=self._invalidate,
-        )
+        with self.queue.guard:
+            whole = self.cl_buffer
+            part = whole if size == 0 else whole.get_sub_region(offset, size)
+            return OpenCLBuffer(
+                self.device,
+                self.queue,
+                part,
+                size,
+                arena=self,
+                offset=offset,
+                invalidate=self._invalidate,
+            )
 
     def __repr__(self) -> str:
         return f"<OpenCLArena {self.size} bytes on {self.device.id}>"
+
+
+def _wait_list(queued: list[OpenCLEvent]) -> list[cl.Event] | None:
+    """The driver events of `queued` (under the queue's guard), for a command's wait list."""
+    events = [event for event in (dep.cl_event for dep in queued) if event is not None]
+    return events or None
+
+
+def _bytes_of(queue: cl.CommandQueue, cl_buffer: cl.Buffer, size: int) -> np.ndarray | None:
+    """A host copy of a buffer's bytes (None for an empty one)."""
+    if size == 0:
+        return None
+    parked = np.empty(size, np.uint8)
+    cl.enqueue_copy(queue, parked, cl_buffer, is_blocking=True)
+    return parked
+
+
+def _remake(context: cl.Context, flags: int, parked: np.ndarray | None, size: int) -> cl.Buffer:
+    """A buffer of `context` holding `parked` (one byte for an empty buffer)."""
+    if parked is None:
+        return cl.Buffer(context, flags or cl.mem_flags.READ_WRITE, max(size, 1))
+    flags = (flags or cl.mem_flags.READ_WRITE) | cl.mem_flags.COPY_HOST_PTR
+    return cl.Buffer(context, flags, hostbuf=parked)

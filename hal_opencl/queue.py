@@ -1,4 +1,4 @@
-"""The device's in-order queue and its events: how OpenCL work is ordered (design 5.5, 6.4).
+"""The device's in-order queue: how OpenCL work is ordered (design 5.5, 6.4).
 
 Place in the pipeline: every kernel launch, copy, fill and unmap of an OpenCL device goes
 through `DeviceQueue.submit`, which returns an `OpenCLEvent` at once. Each device has one
@@ -14,10 +14,18 @@ one would run even when the foreign dependency failed, while the HAL contract sa
 run and its event must fail with `DependencyFailed`. Deferral also keeps a gated command from
 blocking unrelated later commands behind it in the in-order queue.
 
-An `OpenCLEvent` therefore completes in two stages: *staged* (enqueued, or skipped with an
-error) and *complete* (the device finished the command). Memory objects used by enqueued
-commands are retained by OpenCL itself until the commands finish, so Python may drop buffers
-right after submitting; a deferred command's closure holds them until it is enqueued.
+An `OpenCLEvent` (`events.py`) therefore completes in two stages. Memory objects used by
+enqueued commands are retained by OpenCL itself until the commands finish, so Python may drop
+buffers right after submitting; a deferred command's closure holds them until it is enqueued.
+
+Renewal (issue 10): `renew()` replaces the queue's context and command queue with new ones,
+for a driver that frees what its compiles leave only when its last context is released
+(PoCL; `compiler.RENEW_EVERY`). The objects that keep driver objects of the context register
+with the queue (`hold`: buffers, arenas, built programs) and park them: a buffer's bytes wait
+on the host, a program is built again when next used. Every handle is therefore read at the
+moment a command is enqueued, under the queue's `guard`, which a renewal holds throughout;
+a host map or read marks the queue `blocking` while it is in the driver, and a renewal does
+nothing while one is, or while a buffer is mapped (the view is the buffer's memory).
 
 Exit (issue 10): the submitter and the watcher are daemon threads, and the watcher spends its
 time blocked in the driver (`cl.Event.wait`, with the GIL released). A daemon thread that wakes
@@ -36,26 +44,28 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import logging
 import threading
-import time
 import weakref
 from queue import SimpleQueue
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 import pyopencl as cl
 
 from hal.environment import flag
 from hal.errors import ExecutionError, HalError
-from hal.events import SettableEvent, dependency_failure
-from hal.interfaces import Event
+from hal.events import dependency_failure
+from hal_opencl.events import OpenCLEvent
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from hal.interfaces import Event
+
+T = TypeVar("T")
 _log = logging.getLogger("hal_opencl.queue")
-_COMPLETE = cl.command_execution_status.COMPLETE  # 0; errors are negative
-_POLL_SECONDS = (0.0002, 0.02)  # first and longest sleep while polling with a timeout
+_DRAIN_SECONDS = 5.0  # how long a renewal waits for the watcher to catch up
 
 
 def profiling_requested() -> bool:
@@ -63,117 +73,19 @@ def profiling_requested() -> bool:
     return flag("TILE_PROFILE")
 
 
-def _run_callback(event: Event, callback: Callable[[Event], None]) -> None:
-    try:
-        callback(event)
-    except Exception:  # bookkeeping must not hide the event's outcome (hal.events does the same)
-        _log.exception("event callback %r failed", callback)
+class ContextHolder(Protocol):
+    """What `DeviceQueue.renew` asks of an object that keeps driver objects of the queue's
+    context: holders of lower `park_order` park first and are remade last (sub-buffers
+    before the arenas they are cut from)."""
 
-
-class OpenCLEvent(Event):
-    """Completion of one command of a `DeviceQueue` (see the module docstring)."""
-
-    __slots__ = ("_cl_event", "_stage", "label", "queue")
-
-    def __init__(self, queue: DeviceQueue, label: str) -> None:
-        self.queue = queue
-        self.label = label
-        self._stage = SettableEvent(label)  # set when enqueued; failed when skipped
-        self._cl_event: cl.Event | None = None
-
-    @classmethod
-    def enqueued(cls, queue: DeviceQueue, label: str, cl_event: cl.Event) -> OpenCLEvent:
-        event = cls(queue, label)
-        event._set_enqueued(cl_event)
-        return event
-
-    def _set_enqueued(self, cl_event: cl.Event) -> None:
-        self._cl_event = cl_event
-        self._stage.set_result()
-
-    def _set_failed(self, error: BaseException) -> None:
-        self._stage.set_exception(error)
+    park_order: int
 
     @property
-    def staged(self) -> bool:
-        """True once the command was enqueued or skipped."""
-        return self._stage.is_complete
+    def is_mapped(self) -> bool: ...
 
-    @property
-    def cl_event(self) -> cl.Event | None:
-        """The driver's event, once the command is enqueued."""
-        return self._cl_event
+    def park(self) -> None: ...
 
-    def _status(self) -> int:
-        assert self._cl_event is not None
-        return int(self._cl_event.command_execution_status)
-
-    def _device_error(self, status: int) -> ExecutionError:
-        return ExecutionError(f"{self.label} failed on {self.queue.name} (status {status})")
-
-    def wait(self, timeout: float | None = None) -> None:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        self._stage.wait(timeout)  # raises the failure of a skipped command
-        event = self._cl_event
-        assert event is not None
-        if deadline is None:
-            try:
-                event.wait()
-            except cl.Error as error:
-                raise self._device_error(self._status()) from error
-        else:
-            pause = _POLL_SECONDS[0]
-            while self._status() > _COMPLETE:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError(f"{self!r} did not complete within {timeout} s")
-                time.sleep(min(pause, remaining))
-                pause = min(pause * 2, _POLL_SECONDS[1])
-        status = self._status()
-        if status < _COMPLETE:
-            raise self._device_error(status)
-
-    @property
-    def is_complete(self) -> bool:
-        if not self._stage.is_complete:
-            return False
-        return self._cl_event is None or self._status() <= _COMPLETE
-
-    def exception(self) -> BaseException | None:
-        if not self.is_complete:
-            raise RuntimeError(f"{self!r} is not complete")
-        if self._cl_event is None:
-            return self._stage.exception()
-        status = self._status()
-        return self._device_error(status) if status < _COMPLETE else None
-
-    def duration_ns(self) -> int | None:
-        event = self._cl_event
-        if event is None or not self.queue.profiling or not self.is_complete:
-            return None
-        try:
-            return int(event.profile.end - event.profile.start)
-        except cl.Error:
-            return None
-
-    def add_done_callback(self, fn: Callable[[Event], None]) -> None:
-        def staged(_: Event) -> None:
-            event = self._cl_event
-            if event is None:
-                _run_callback(self, fn)
-            else:
-                self.queue.when_complete(event, lambda: _run_callback(self, fn))
-
-        self._stage.add_done_callback(staged)
-
-    def __repr__(self) -> str:
-        if not self._stage.is_complete:
-            state = "deferred"
-        elif self._cl_event is None:
-            state = f"skipped: {self._stage.exception()!r}"
-        else:
-            state = "complete" if self._status() <= _COMPLETE else "queued"
-        return f"<OpenCLEvent {self.label} {state}>"
+    def unpark(self, context: cl.Context) -> None: ...
 
 
 class DeviceQueue:
@@ -181,17 +93,96 @@ class DeviceQueue:
 
     def __init__(self, name: str, cl_device: cl.Device, *, profiling: bool | None = None) -> None:
         self.name = name
+        self.cl_device = cl_device
         self.profiling = profiling_requested() if profiling is None else profiling
-        self.context = cl.Context([cl_device])
-        properties = cl.command_queue_properties.PROFILING_ENABLE if self.profiling else 0
-        self.queue = cl.CommandQueue(self.context, cl_device, properties=properties)
+        self.context, self.queue = self._open()
+        # Held while a command is put on the queue (and while the context is renewed), so
+        # that no command is enqueued with handles of a context being let go.
+        self.guard = threading.RLock()
+        self.generation = 0  # how many times the context was renewed
+        self._holders = _Refs[ContextHolder]()
+        self._events = _Refs[OpenCLEvent]()
+        self._blocking = 0  # host maps and reads in the driver now (no renewal meanwhile)
         self._lock = threading.Lock()
         self._jobs: SimpleQueue[Callable[[], None] | None] = SimpleQueue()
         self._submitter: threading.Thread | None = None
-        self._watched: SimpleQueue[tuple[cl.Event, Callable[[], None]] | None] = SimpleQueue()
+        self._watched: SimpleQueue[tuple[cl.Event | None, Callable[[], None]] | None]
+        self._watched = SimpleQueue()
         self._watcher: threading.Thread | None = None
         self._closed = False
         _live_queues.add(self)
+
+    def _open(self) -> tuple[cl.Context, cl.CommandQueue]:
+        context = cl.Context([self.cl_device])
+        properties = cl.command_queue_properties.PROFILING_ENABLE if self.profiling else 0
+        return context, cl.CommandQueue(context, self.cl_device, properties=properties)
+
+    # ---- the context's objects -------------------------------------------------------------
+
+    def hold(self, holder: ContextHolder) -> None:
+        """Register an object that keeps driver objects of this queue's context (a buffer, an
+        arena, a built program): `renew` lets go of them and remakes them."""
+        self._holders.add(holder)
+
+    def blocking(self) -> _Blocking:
+        """For a blocking host call (a map, a read): `with queue.blocking() as cl_queue:`
+        gives the command queue, and no renewal happens until the block ends, so the handles
+        the caller reads in it stay those of the queue's context."""
+        return _Blocking(self)
+
+    def renew(self) -> bool:
+        """Let go of this queue's OpenCL context and make a new one; False (nothing done)
+        while a host map or read is open, a buffer is mapped, or the watcher is held up.
+        Every registered holder parks what it keeps (a
+        buffer its bytes, on the host) and drops its driver objects; every event keeps its
+        status and drops its driver event; queued work finishes first. Only once nothing of
+        the old context is left is the new one made, and the holders remake their objects
+        in it (programs when they are next used).
+
+        Why: PoCL compiles the programs of every OpenCL context in one LLVM context that it
+        frees only when the last OpenCL context is released, and LLVM never frees what a
+        compile leaves there; so a process that compiles programs without end grows without
+        end unless, now and then, every context is released (benchmarks/memory.py, issue 10).
+        """
+        if not self._drain_watcher():
+            return False
+        gc.collect()  # driver objects kept only by reference cycles (not under the guard:
+        # finalisers may need it)
+        with self.guard:
+            holders = self._holders.alive()
+            if self._blocking or any(holder.is_mapped for holder in holders):
+                return False
+            self.queue.finish()
+            for event in self._events.alive():
+                event._let_go()
+            self._events = _Refs()
+            parked: list[ContextHolder] = []
+            try:
+                for holder in sorted(holders, key=lambda holder: holder.park_order):
+                    holder.park()
+                    parked.append(holder)
+            except BaseException:  # (the host short of memory): back as they were
+                for holder in reversed(parked):
+                    holder.unpark(self.context)
+                raise
+            self.context = self.queue = None  # type: ignore[assignment]
+            self.context, self.queue = self._open()
+            self.generation += 1
+            for holder in sorted(holders, key=lambda holder: -holder.park_order):
+                holder.unpark(self.context)
+        return True
+
+    def _drain_watcher(self) -> bool:
+        """Wait until the watcher has handled every event given to it so far (and dropped
+        them); not under `guard`, since completion actions may submit work. False when it
+        is still busy after `_DRAIN_SECONDS` (an action waiting for this thread)."""
+        with self._lock:
+            watcher = self._watcher
+        if watcher is None or watcher is threading.current_thread():
+            return True
+        drained = threading.Event()
+        self.when_complete(None, drained.set)
+        return drained.wait(_DRAIN_SECONDS)
 
     # ---- submission -----------------------------------------------------------------------
 
@@ -253,7 +244,8 @@ class DeviceQueue:
                 self._post(fail)
             return
         try:
-            cl_event = enqueue()
+            with self.guard:  # the handles enqueue() reads and the event are of one context
+                event._hold(enqueue())
         except HalError as error:
             event._set_failed(error)
         except Exception as error:
@@ -261,7 +253,7 @@ class DeviceQueue:
             failure.__cause__ = error
             event._set_failed(failure)
         else:
-            event._set_enqueued(cl_event)
+            event._stage.set_result()  # not under the guard: callbacks may submit work
 
     def _post(self, job: Callable[[], None]) -> None:
         with self._lock:
@@ -285,7 +277,7 @@ class DeviceQueue:
 
     # ---- completion ----------------------------------------------------------------------
 
-    def when_complete(self, cl_event: cl.Event, action: Callable[[], None]) -> None:
+    def when_complete(self, cl_event: cl.Event | None, action: Callable[[], None]) -> None:
         """Call `action` once `cl_event` completes, on this queue's watcher thread.
 
         Not `Event.set_callback`: with PoCL, a process that ever registered a completion
@@ -312,19 +304,23 @@ class DeviceQueue:
             self._complete(*item)
             del item
 
-    def _complete(self, cl_event: cl.Event, action: Callable[[], None]) -> None:
-        with contextlib.suppress(cl.Error):
-            cl_event.wait()
+    def _complete(self, cl_event: cl.Event | None, action: Callable[[], None]) -> None:
+        if cl_event is not None:
+            with contextlib.suppress(cl.Error):
+                cl_event.wait()
         try:
             action()
         except Exception:
             _log.exception("completion action on %s failed", self.name)
 
     def flush(self) -> None:
-        self.queue.flush()
+        with self.guard:
+            self.queue.flush()
 
     def finish(self) -> None:
-        self.queue.finish()
+        with self.guard:
+            queue = self.queue
+        queue.finish()
 
     def close(self) -> None:
         """Let queued work finish, finish the device queue and stop both threads (waiting
@@ -339,9 +335,50 @@ class DeviceQueue:
         current = threading.current_thread()
         if submitter is not None and submitter is not current:
             submitter.join()  # its jobs only enqueue, or wait for finite work
-        self.queue.finish()
+        self.finish()
         if watcher is not None and watcher is not current:
             watcher.join()  # every command it waits for is now complete
+
+
+class _Blocking:
+    """`DeviceQueue.blocking()`: counts the queue as blocking while the block runs."""
+
+    __slots__ = ("queue",)
+
+    def __init__(self, queue: DeviceQueue) -> None:
+        self.queue = queue
+
+    def __enter__(self) -> cl.CommandQueue:
+        queue = self.queue
+        with queue.guard:
+            queue._blocking += 1
+            return queue.queue
+
+    def __exit__(self, *exception: object) -> None:
+        queue = self.queue
+        with queue.guard:
+            queue._blocking -= 1
+
+
+class _Refs(Generic[T]):
+    """Weak references to objects, cheap to add (a list append; dead ones are dropped now
+    and then): what `DeviceQueue.renew` walks."""
+
+    __slots__ = ("_limit", "_refs")
+
+    def __init__(self) -> None:
+        self._refs: list[weakref.ref[T]] = []
+        self._limit = 1024
+
+    def add(self, item: T) -> None:
+        refs = self._refs
+        refs.append(weakref.ref(item))
+        if len(refs) > self._limit:
+            refs[:] = [ref for ref in refs if ref() is not None]
+            self._limit = max(1024, 2 * len(refs))
+
+    def alive(self) -> list[T]:
+        return [item for item in (ref() for ref in self._refs) if item is not None]
 
 
 def _run_job(job: Callable[[], None], name: str) -> None:

@@ -15,7 +15,7 @@ import pytest
 import hal
 from hal.events import SettableEvent
 from hal_opencl.device import OpenCLDevice
-from hal_opencl.queue import OpenCLEvent
+from hal_opencl.events import OpenCLEvent
 from semtree import builder as sb
 from semtree.types import DType, Type
 from tests.opencl.harness import download, kernel, kernel_list, upload

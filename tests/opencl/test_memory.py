@@ -14,7 +14,7 @@ import pytest
 import hal
 from hal.events import SettableEvent
 from hal_llvm.memory import CpuBuffer
-from hal_opencl.queue import OpenCLEvent
+from hal_opencl.events import OpenCLEvent
 from semtree.kernel import Direction, KernelInfo, KernelKind, KernelParam
 from semtree.types import DType
 from tests.opencl.harness import download, kernel_list, upload

@@ -77,7 +77,11 @@ def test_a_fresh_process_lists_intel_once_installed() -> None:
     )
     environment = {k: v for k, v in os.environ.items() if not k.startswith(("OCL_", "TILE_"))}
     result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=False,
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
         env=environment,
     )
     assert result.returncode == 0, result.stderr
