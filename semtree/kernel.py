@@ -258,6 +258,10 @@ class HardwareSettings:
     disable_mad: bool = False
     disable_io_aliasing: bool = False
     vector_loops: bool = False  # write elementwise tiles as vectors (tile.lower.widen)
+    # Float16 operands of the register-tiled kernel read from float32 copies, each made once
+    # by a kernel first (tile.lower.pack.float_copy): a device without half arithmetic whose
+    # half loads are scalar code (OpenCL without cl_khr_fp16).
+    half_as_float: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "goal_dim_sizes", tuple(self.goal_dim_sizes))
@@ -362,4 +366,5 @@ class HardwareSettings:
             native_fp16="cl_khr_fp16" in enabled,
             fp64="cl_khr_fp64" in enabled,
             vector_loops=vec > 1,
+            half_as_float="cl_khr_fp16" not in enabled,
         )

@@ -36,7 +36,7 @@ from tile.lower.flatten import flatten
 from tile.lower.fuse import PlanKind, plan_program
 from tile.lower.gpu.generate import generate_gpu_group, uses_gpu_kernels
 from tile.lower.kernel import INDEX_LIMIT, ProgramContext, product
-from tile.lower.pack import pack_operand
+from tile.lower.pack import float_copy, pack_operand
 from tile.lower.rows import RowRun, generate_run, row_runs
 from tile.lower.special import generate_prng, generate_scatter
 from tile.lower.split import split_reduction
@@ -113,7 +113,11 @@ def generate_program(
                     before = split_reduction(
                         kernel_plan, flat, context, settings, f"_P{index}"
                     ) or pack_operand(kernel_plan, flat, context, settings, f"_B{index}")
-                if before is not None:  # the first kernel now; the second below, as usual
+                    before = before or float_copy(
+                        kernel_plan, flat, context, settings, f"_F{index}"
+                    )
+                made = 0  # float32 copies of operands (tile.lower.pack.float_copy)
+                while before is not None:  # the first kernel now; the second below, as usual
                     context = before.context
                     shapes[before.buffer] = context.shapes[before.buffer]
                     temporaries.append(before.buffer)
@@ -136,6 +140,9 @@ def generate_program(
                         )
                     )
                     kernel_plan, flat = before.then
+                    made += 1  # and of the other float16 operand, where it pays
+                    buffer = f"_F{index}_{made}"
+                    before = float_copy(kernel_plan, flat, context, settings, buffer)
                 # CPU fast path: register-tiled vector kernels for plain +(A * B).
                 vector = None
                 if settings.threads == 1:

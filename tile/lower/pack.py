@@ -17,6 +17,15 @@ cost, one pass over B, is small against the contraction's when A has rows enough
 each packed vector (`MANY_ROWS`, below). Only a guard-free, default-free `+(A * B)` contraction of
 float32 whose B access stays inside B for every value of its variables is packed, and only
 where the vector kernel would take the packed form.
+
+Float32 copies (issue 12 item 3): on a device without half arithmetic whose half loads are
+scalar code (`settings.half_as_float`: OpenCL without cl_khr_fp16, where PoCL converts each
+half with a dozen integer operations), the vector kernel of a float16 product converted each
+element of A once per column tile and of B once per row tile, and ran at 2.4x the float32
+time (matmul 1024, PoCL). `float_copy` gives it float32 copies instead, each made by a kernel
+of its own in one pass (`P = A`, the copy in A's layout); the generator asks again for the
+other operand, so a float16 product reads two copies, a mixed one the copy of its half
+operand. The result is the same: a half widens to float exactly.
 """
 
 from __future__ import annotations
@@ -127,6 +136,70 @@ def pack_operand(
         copy_plan = KernelPlan(PlanKind.CONTRACTION, dims, (copy_op,), (buffer,))
         return Split((copy_plan, copy), (plan, main), buffer, context, "pack")
     return None
+
+
+def float_copy(
+    plan: KernelPlan,
+    flat: FlatContraction | None,
+    context: ProgramContext,
+    settings: HardwareSettings,
+    buffer: str,
+) -> Split | None:
+    """A float32 copy of a float16 operand of the register-tiled kernel, made first by a
+    kernel of its own, where `settings.half_as_float` asks for it (module docstring): of the
+    broadcast operand A where a row of it meets more than one column tile, else of the
+    vector operand B where a panel of it meets more than one row tile; None when neither."""
+    if flat is None or plan.contraction is None or not settings.half_as_float:
+        return None
+    if settings.native_fp16 or settings.vec_size == 1:
+        return None
+    if tuple(plan.shape) != tuple(flat.ranges[: flat.outputs]):
+        return None
+    shape = vector_shape(flat, settings.vec_size, half=True)
+    if shape is None or any(context.is_constant(access.tensor) for access in flat.operands):
+        return None
+    if shape.a.dtype is DType.FLOAT16 and flat.ranges[shape.j] > shape.width:
+        operand, role = shape.a, "a"
+    elif shape.b.dtype is DType.FLOAT16 and flat.ranges[shape.i] > 1:
+        operand, role = shape.b, "b"
+    else:
+        return None
+    if not _inside(flat, operand):
+        return None
+    # The copy keeps the operand's layout (its variables by falling stride).
+    variables = sorted(
+        (k for k, stride in enumerate(operand.strides) if stride),
+        key=lambda k: -operand.strides[k],
+    )
+    dims = tuple(flat.ranges[k] for k in variables)
+    strides = dict(zip(variables, row_major(dims), strict=True))
+    wide = FlatAccess(
+        buffer, DType.FLOAT32, dims, 0, tuple(strides.get(k, 0) for k in range(len(flat.ranges)))
+    )
+    main = replace(
+        flat, access=tuple(wide if access is operand else access for access in flat.access)
+    )
+    if vector_shape(main, settings.vec_size, half=True) is None:
+        return None
+    copy = FlatContraction(
+        statement=f"{buffer} = {operand.tensor} as float32 for {flat.statement}",
+        names=tuple(flat.names[k] for k in variables),
+        outputs=len(variables),
+        ranges=dims,
+        derived=(),
+        access=(
+            FlatAccess(buffer, DType.FLOAT32, dims, 0, row_major(dims)),
+            replace(operand, strides=tuple(operand.strides[k] for k in variables)),
+        ),
+        constraints=(),
+        agg=AggOp.SUM,
+        comb=CombOp.NONE,
+        dtype=DType.FLOAT32,
+    )
+    context = with_temporary(context, buffer, TensorShape(DType.FLOAT32, dims))
+    copy_op = replace(plan.contraction, output=buffer, inputs=(operand.tensor,))
+    copy_plan = KernelPlan(PlanKind.CONTRACTION, dims, (copy_op,), (buffer,))
+    return Split((copy_plan, copy), (plan, main), buffer, context, f"to_float_{role}")
 
 
 def _inside(flat: FlatContraction, access: FlatAccess) -> bool:

@@ -86,14 +86,15 @@ class _Shape:
 
 def vector_shape(flat: FlatContraction, vec_size: int, half: bool = False) -> _Shape | None:
     """The roles of a flat contraction's variables in the vector kernel, or None if it is
-    not eligible. `half`: float16 operands and output may take it too (computed in float32,
-    as on a device without native half), through aligned vectors only."""
+    not eligible. `half`: float16 operands and output may take it too, each or all of them
+    (computed in float32, as on a device without native half), through aligned vectors
+    only."""
     if flat.empty or flat.derived or flat.default is not None:
         return None
     if flat.agg is not AggOp.SUM or flat.comb is not CombOp.MUL or len(flat.operands) != 2:
         return None
     dtypes = {access.dtype for access in flat.access}
-    if dtypes != {F32} and not (half and dtypes == {DType.FLOAT16}):
+    if dtypes != {F32} and not (half and dtypes <= {F32, DType.FLOAT16}):
         return None
     output = flat.output
     coordinates = range(flat.outputs)
