@@ -338,6 +338,10 @@ def build(
             return _pocl.build(program, context, cl_device, key, options)
     cached = _from_binary(store, key, context, cl_device, options)
     if cached is not None:
+        # pyopencl's kernel objects read their program's `_source`, which only a program
+        # made from source has; on one from a binary the attribute lookup became a kernel
+        # lookup (`clCreateKernel("_source")`: an API error that Oclgrind reports).
+        cached._source = source  # type: ignore[attr-defined]
         return cached
     program.build(options=list(options), devices=[cl_device])
     _save_binary(store, key, program)

@@ -164,3 +164,36 @@ def test_processes_building_one_program_at_once_share_a_fresh_cache(
     for digests in manifests(tmp_path).values():
         for digest in digests:
             assert checked.get(digest) is not None
+
+
+def test_a_program_from_a_stored_binary_knows_its_source(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """pyopencl's kernel objects read their program's `_source`; a program made from a
+    binary had none, so the lookup became `clCreateKernel("_source")`, an API error that
+    Oclgrind reports (`make oclgrind`). Driven through the binary path of drivers without a
+    cache of their own, on the tests' device."""
+    import pyopencl as cl
+
+    from hal_opencl import driver_cache
+
+    device = require_opencl()
+    monkeypatch.setattr(driver_cache, "POCL_PLATFORM", "no such platform")
+    monkeypatch.setattr(driver_cache, "_store", Store(tmp_path / "store"))
+    context = cl.Context([device.cl_device])  # type: ignore[attr-defined]
+    source = "__kernel void twice(__global float *x) { x[get_global_id(0)] *= 2; }"
+    programs = [
+        driver_cache.build(cl.Program(context, source), context, device.cl_device, source)  # type: ignore[attr-defined]
+        for _ in range(2)
+    ]
+    assert programs[1] is not programs[0]  # the second is made from the stored binary
+    looked_up: list[str] = []
+    original = cl.Program.__getattr__
+
+    def lookup(program: cl.Program, name: str) -> object:
+        looked_up.append(name)
+        return original(program, name)
+
+    monkeypatch.setattr(cl.Program, "__getattr__", lookup)
+    cl.Kernel(programs[1], "twice")
+    assert looked_up == []
