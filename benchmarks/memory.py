@@ -33,9 +33,9 @@ owners: `MDTuple::getImpl` 3.4 MB, the remarks string 2.1 MB, LLVM constants and
 device's context every `hal_opencl.compiler.RENEW_EVERY` builds (`DeviceQueue.renew`),
 releasing every buffer, program, kernel, queue and event of it before making the next (a
 renewal that made the new context first would change nothing, since the old one would still
-be alive); growth after 200 shapes fell from +35.8 MB to +11.0 MB (opencl.0, 2026-11-27). Of the Python part, most was pyopencl's: each kernel object's generated `set_args`
-module filed in `linecache` for good (now dropped by
-`hal_opencl.compiler.forget_invoker_lines`).
+be alive); growth after 200 shapes fell from +35.8 MB to +11.0 MB (opencl.0, 2026-11-27).
+Of the Python part, most was pyopencl's: each kernel object's generated `set_args` module
+filed in `linecache` for good (now dropped by `hal_opencl.compiler.forget_invoker_lines`).
 """
 
 from __future__ import annotations
