@@ -91,6 +91,7 @@ class HostCpu:
             "native_fp16": False,
             "fp64": True,
             "fast_math": False,
+            "half_as_float": True,
         }
 
 

@@ -258,9 +258,10 @@ class HardwareSettings:
     disable_mad: bool = False
     disable_io_aliasing: bool = False
     vector_loops: bool = False  # write elementwise tiles as vectors (tile.lower.widen)
-    # Float16 operands of the register-tiled kernel read from float32 copies, each made once
-    # by a kernel first (tile.lower.pack.float_copy): a device without half arithmetic whose
-    # half loads are scalar code (OpenCL without cl_khr_fp16).
+    # Float16 products of the register-tiled kernel computed from float32 copies of their
+    # operands, each made once by a kernel first, and through a float32 result where that
+    # gives the kernel wider vectors (tile.lower.pack): a device without half arithmetic
+    # (llvm_cpu; OpenCL without cl_khr_fp16, where half loads are scalar code).
     half_as_float: bool = False
 
     def __post_init__(self) -> None:
@@ -305,6 +306,7 @@ class HardwareSettings:
             goal_flops_per_byte=16,
             goal_dim_sizes=(2**31 - 1, 65535, 65535),
             max_work_group_size=1,
+            half_as_float=True,
         )
 
     @staticmethod

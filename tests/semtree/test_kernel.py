@@ -229,6 +229,7 @@ def test_llvm_cpu_preset() -> None:
         native_fp16=False,
         fp64=True,
         fast_math=False,
+        half_as_float=True,
     )
     avx2 = HardwareSettings.llvm_cpu(4, {"avx2"})
     assert (avx2.vec_size, avx2.max_regs, avx2.goal_groups) == (8, 768, 16)

@@ -36,7 +36,7 @@ from tile.lower.flatten import flatten
 from tile.lower.fuse import PlanKind, plan_program
 from tile.lower.gpu.generate import generate_gpu_group, uses_gpu_kernels
 from tile.lower.kernel import INDEX_LIMIT, ProgramContext, product
-from tile.lower.pack import float_copy, pack_operand
+from tile.lower.pack import float_copy, float_output, pack_operand
 from tile.lower.rows import RowRun, generate_run, row_runs
 from tile.lower.special import generate_prng, generate_scatter
 from tile.lower.split import split_reduction
@@ -96,6 +96,7 @@ def generate_program(
         flat = None
         tiles: tuple[int, ...] = ()
         local_size = (1, 1, 1)
+        after = None  # a kernel converting what this one computed (tile.lower.pack)
         match kernel_plan.kind:
             case PlanKind.CONTRACTION | PlanKind.ELEMENTWISE if uses_gpu_kernels(settings):
                 # GPU-style kernels (work-groups of several work-items): tile.lower.gpu.generate.
@@ -143,6 +144,13 @@ def generate_program(
                     made += 1  # and of the other float16 operand, where it pays
                     buffer = f"_F{index}_{made}"
                     before = float_copy(kernel_plan, flat, context, settings, buffer)
+                if settings.threads == 1:  # a float16 result through float32 (at the end)
+                    after = float_output(kernel_plan, flat, context, settings, f"_O{index}")
+                if after is not None:
+                    context = after.context
+                    shapes[after.buffer] = context.shapes[after.buffer]
+                    temporaries.append(after.buffer)
+                    kernel_plan, flat = after.first
                 # CPU fast path: register-tiled vector kernels for plain +(A * B).
                 vector = None
                 if settings.threads == 1:
@@ -159,6 +167,17 @@ def generate_program(
         kernels.append(
             _info(name, kernel_plan, generated, flat, tiles, local_size, context, bodies)
         )
+        if after is not None:
+            then_plan, then_flat = after.then
+            then_tiles = _tiles(then_plan, then_flat, settings)
+            then_name = f"{name}_{after.suffix}"
+            generated = generate_group(
+                then_plan, then_flat, context, settings, then_tiles, then_name
+            )
+            info = _info(
+                then_name, then_plan, generated, then_flat, then_tiles, (1, 1, 1), context, bodies
+            )
+            kernels.append(info)
     return KernelList(
         kernels=tuple(kernels),
         shapes=shapes,

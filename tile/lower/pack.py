@@ -18,14 +18,18 @@ each packed vector (`MANY_ROWS`, below). Only a guard-free, default-free `+(A * 
 float32 whose B access stays inside B for every value of its variables is packed, and only
 where the vector kernel would take the packed form.
 
-Float32 copies (issue 12 item 3): on a device without half arithmetic whose half loads are
-scalar code (`settings.half_as_float`: OpenCL without cl_khr_fp16, where PoCL converts each
-half with a dozen integer operations), the vector kernel of a float16 product converted each
-element of A once per column tile and of B once per row tile, and ran at 2.4x the float32
-time (matmul 1024, PoCL). `float_copy` gives it float32 copies instead, each made by a kernel
-of its own in one pass (`P = A`, the copy in A's layout); the generator asks again for the
-other operand, so a float16 product reads two copies, a mixed one the copy of its half
-operand. The result is the same: a half widens to float exactly.
+Float32 copies (issue 12 item 3): on a device without half arithmetic
+(`settings.half_as_float`: llvm_cpu, and OpenCL without cl_khr_fp16, where PoCL converts
+each half with a dozen integer operations), the vector kernel of a float16 product converted
+each element of A once per column tile and of B once per row tile, and ran at 2.4x the
+float32 time (matmul 1024, PoCL; 1.3x on llvm_cpu). `float_copy` gives it float32 copies
+instead, each made by a kernel of its own in one pass (`P = A`, the copy in A's layout); the
+generator asks again for the other operand, so a float16 product reads two copies, a mixed
+one the copy of its half operand. The result is the same: a half widens to float exactly.
+Half outputs take aligned vectors only, so an output width such as 333 left a float16
+product on scalars (14x the float32 time on PoCL, 8.5x on llvm_cpu): `float_output` has the
+kernel write a float32 temporary through vectors at element offsets, and a last kernel
+convert it (rounding once, as the half store did).
 """
 
 from __future__ import annotations
@@ -200,6 +204,60 @@ def float_copy(
     copy_op = replace(plan.contraction, output=buffer, inputs=(operand.tensor,))
     copy_plan = KernelPlan(PlanKind.CONTRACTION, dims, (copy_op,), (buffer,))
     return Split((copy_plan, copy), (plan, main), buffer, context, f"to_float_{role}")
+
+
+def float_output(
+    plan: KernelPlan,
+    flat: FlatContraction | None,
+    context: ProgramContext,
+    settings: HardwareSettings,
+    buffer: str,
+) -> Split | None:
+    """A float16 product whose operands are float32 (copies) written to a float32 temporary
+    by the vector kernel (`first`), then converted to the float16 output by a kernel of its
+    own (`then`), where the float32 form takes vectors at element offsets (`Lanes`: an
+    output width such as 333) that half cannot; None elsewhere."""
+    op = plan.contraction
+    if flat is None or op is None or not settings.half_as_float or settings.native_fp16:
+        return None
+    output = flat.output
+    if output.dtype is not DType.FLOAT16 or len(plan.ops) != 1 or plan.stores != (op.output,):
+        return None
+    if any(access.dtype is not DType.FLOAT32 for access in flat.operands):
+        return None
+    dims = output.dims
+    whole = tuple(flat.ranges[: flat.outputs]) == dims and output.offset == 0
+    if not whole or output.strides[: flat.outputs] != row_major(dims):
+        return None  # the vector kernel writes part of the output: nothing to copy from
+    if any(output.strides[flat.outputs :]):
+        return None
+    half = vector_shape(flat, settings.vec_size, half=True)
+    wide = FlatAccess(buffer, DType.FLOAT32, dims, 0, output.strides)
+    main = replace(flat, access=(wide, *flat.access[1:]), dtype=DType.FLOAT32)
+    single = vector_shape(main, settings.vec_size)
+    if single is None or not single.lanes or (half is not None and half.width >= single.width):
+        return None
+    context = with_temporary(context, buffer, TensorShape(DType.FLOAT32, dims))
+    main_plan = KernelPlan(plan.kind, plan.shape, (replace(op, output=buffer),), (buffer,))
+    names = flat.names[: flat.outputs]
+    convert = FlatContraction(
+        statement=f"{output.tensor} = {buffer} as float16 for {flat.statement}",
+        names=names,
+        outputs=flat.outputs,
+        ranges=dims,
+        derived=(),
+        access=(
+            FlatAccess(output.tensor, DType.FLOAT16, dims, 0, row_major(dims)),
+            FlatAccess(buffer, DType.FLOAT32, dims, 0, row_major(dims)),
+        ),
+        constraints=(),
+        agg=AggOp.SUM,
+        comb=CombOp.NONE,
+        dtype=DType.FLOAT16,
+    )
+    convert_op = replace(op, inputs=(buffer,))
+    convert_plan = KernelPlan(PlanKind.CONTRACTION, dims, (convert_op,), (op.output,))
+    return Split((main_plan, main), (convert_plan, convert), buffer, context, "to_half")
 
 
 def _inside(flat: FlatContraction, access: FlatAccess) -> bool:
