@@ -53,16 +53,25 @@ def oclgrind_icd() -> Path:
     return icd
 
 
+# tile's own warnings about the Tile source (W-PREC on spec057's `A ^ B | C`, ...), printed
+# by Python's warnings as "<file>:<line>: TileWarning: ..." and the lines that follow.
+TILE_WARNING = ": TileWarning: "
+
+
 def diagnostics(lines: list[str]) -> list[str]:
     """The report lines among a case's stray output: its blank-line separated blocks, less
-    pyopencl's vendor probe (VENDOR_PROBE)."""
+    pyopencl's vendor probe (VENDOR_PROBE) and tile's own warnings (TILE_WARNING)."""
     blocks: list[list[str]] = [[]]
     for line in lines:
         if line.strip():
             blocks[-1].append(line)
         elif blocks[-1]:
             blocks.append([])
-    kept = [b for b in blocks if b and tuple(line.strip() for line in b) != VENDOR_PROBE]
+    kept = [
+        b
+        for b in blocks
+        if b and tuple(line.strip() for line in b) != VENDOR_PROBE and TILE_WARNING not in b[0]
+    ]
     return [line for block in kept for line in [*block, ""]]
 
 

@@ -1,5 +1,5 @@
 """`make oclgrind` judges Oclgrind's stderr (tests/oclgrind.py): every report fails the run,
-except pyopencl's probe for an NVIDIA-only device query."""
+except pyopencl's probe for an NVIDIA-only device query and tile's own warnings."""
 
 from __future__ import annotations
 
@@ -35,10 +35,22 @@ def test_a_crashed_case_runs_again_alone_and_fails_only_if_it_fails_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     again = {"a": ("PASS a", {}), "b": (f"FAIL b: {CRASH} (exit status -11)", {"b": ["trace"]})}
-    monkeypatch.setattr(oclgrind, "run_suite", lambda _s, _u, case: ({case: again[case][0]},
-                                                                      again[case][1]))
+    monkeypatch.setattr(
+        oclgrind, "run_suite", lambda _s, _u, case: ({case: again[case][0]}, again[case][1])
+    )
     results = {"a": f"FAIL a: {CRASH} (exit status -11)", "b": f"FAIL b: {CRASH}", "c": "PASS c"}
     reports = {"a": ["Fatal Python error: Segmentation fault"], "b": ["trace"]}
     oclgrind.rerun_crashes(Path("shared"), "spec/cases", results, reports)
     assert results["a"] == "PASS a" and "a" not in reports
     assert results["b"].startswith("FAIL b") and reports["b"] == ["trace"]
+
+
+def test_tile_warnings_are_not_reports() -> None:
+    warning = [
+        "/shared/conformance/run.py:110: TileWarning: warning[W-PREC] 2:9: '^' mixed with '|'",
+        " 2 |   O = A ^ B | C & D;",
+        "   |         ^",
+        "  out = tile.run(case['source'], inputs, device=device)",
+    ]
+    assert diagnostics([*warning, ""]) == []
+    assert diagnostics([*warning, "", *RACE]) == diagnostics(RACE) != []  # a report is kept
