@@ -45,6 +45,9 @@ class OpenCLExecutor(Executor):
     def __init__(self, device: OpenCLDevice) -> None:
         self.device = device
         self.buffer_alignment = max(64, device.capabilities.base_address_alignment)
+        self._flags = cl.mem_flags.READ_WRITE
+        if device.capabilities.host_unified_memory:
+            self._flags |= cl.mem_flags.ALLOC_HOST_PTR  # maps are zero-copy on host memory
 
     @property
     def queue(self) -> DeviceQueue:
@@ -67,13 +70,6 @@ class OpenCLExecutor(Executor):
             )
         with allocating(self.device.id, size):
             return cl.Buffer(self.queue.context, self._flags, max(size, 1))
-
-    @property
-    def _flags(self) -> int:
-        flags = cl.mem_flags.READ_WRITE
-        if self.device.capabilities.host_unified_memory:
-            flags |= cl.mem_flags.ALLOC_HOST_PTR  # maps are zero-copy on the host's memory
-        return flags
 
     def allocate(self, size: int) -> OpenCLBuffer:
         invalidate = self.device.capabilities.map_invalidate
@@ -197,9 +193,8 @@ class OpenCLKernel(Kernel):
         self._trivial = info.kind.value if info.body is None else None
         if self._trivial not in (None, "zero", "copy"):
             raise HalError(f"kernel {info.name!r} of kind {self._trivial!r} has no body")
-        self._index = index
-        if self._trivial is None:
-            library.entry_point(index)  # raises for a kernel without an entry point
+        # Raises for a kernel without an entry point.
+        self._entry = library.entry_point(index) if self._trivial is None else ""
         self._global = tuple(info.global_size)
         self._local = tuple(info.local_size) if any(info.local_size) else None
         self._empty = 0 in self._global
@@ -242,11 +237,12 @@ class OpenCLKernel(Kernel):
         if self._empty:
             enqueue = lambda: cl.enqueue_marker(queue.queue)  # noqa: E731 (nothing to launch)
         else:
-            library, index = self.library, self._index
+            built, name = self.library.built, self._entry
+            assert built is not None
             global_size, local_size = self._global, self._local
 
             def enqueue() -> cl.Event:  # under the queue's guard: handles of one context
-                kernel, lock = library.entry(index)
+                kernel, lock = built.kernel(name)
                 with lock:
                     kernel.set_args(*[buffer.cl_buffer for buffer in buffers])
                     return cl.enqueue_nd_range_kernel(queue.queue, kernel, global_size, local_size)

@@ -47,6 +47,8 @@ from tile.lower.split import Split, with_temporary
 from tile.lower.vector import vector_shape
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from semtree.kernel import HardwareSettings
 
 # When packing pays (measured on AMD Zen 4, llvm_cpu, A @ B.T): the generic kernel runs one
@@ -104,40 +106,16 @@ def pack_operand(
         if count < MANY_ROWS and (count < SOME_ROWS or reduction >= SHORT_REDUCTION):
             continue
         variables = [k for k, stride in enumerate(b.strides) if stride and k != j] + [j]
-        dims = tuple(flat.ranges[k] for k in variables)
-        shape = TensorShape(b.dtype, dims)
-        packed_strides = dict(zip(variables, row_major(dims), strict=True))
-        packed = FlatAccess(
-            buffer,
-            b.dtype,
-            dims,
-            0,
-            tuple(packed_strides.get(k, 0) for k in range(len(flat.ranges))),
-        )
+        packed, copy = _copy_of(flat, b, variables, buffer, b.dtype, "packed")
         main = replace(
             flat,
             access=tuple(packed if access is b else access for access in flat.access),
         )
         if vector_shape(main, settings.vec_size) is None:
             return None
-        context = with_temporary(context, buffer, shape)
-        copy = FlatContraction(
-            statement=f"{buffer} = {b.tensor} packed for {flat.statement}",
-            names=tuple(flat.names[k] for k in variables),
-            outputs=len(variables),
-            ranges=dims,
-            derived=(),
-            access=(
-                FlatAccess(buffer, b.dtype, dims, 0, row_major(dims)),
-                replace(b, strides=tuple(b.strides[k] for k in variables)),
-            ),
-            constraints=(),
-            agg=AggOp.SUM,
-            comb=CombOp.NONE,
-            dtype=b.dtype,
-        )
+        context = with_temporary(context, buffer, TensorShape(b.dtype, copy.ranges))
         copy_op = replace(op, output=buffer, inputs=(b.tensor,))
-        copy_plan = KernelPlan(PlanKind.CONTRACTION, dims, (copy_op,), (buffer,))
+        copy_plan = KernelPlan(PlanKind.CONTRACTION, copy.ranges, (copy_op,), (buffer,))
         return Split((copy_plan, copy), (plan, main), buffer, context, "pack")
     return None
 
@@ -175,34 +153,15 @@ def float_copy(
         (k for k, stride in enumerate(operand.strides) if stride),
         key=lambda k: -operand.strides[k],
     )
-    dims = tuple(flat.ranges[k] for k in variables)
-    strides = dict(zip(variables, row_major(dims), strict=True))
-    wide = FlatAccess(
-        buffer, DType.FLOAT32, dims, 0, tuple(strides.get(k, 0) for k in range(len(flat.ranges)))
-    )
+    wide, copy = _copy_of(flat, operand, variables, buffer, DType.FLOAT32, "as float32")
     main = replace(
         flat, access=tuple(wide if access is operand else access for access in flat.access)
     )
     if vector_shape(main, settings.vec_size, half=True) is None:
         return None
-    copy = FlatContraction(
-        statement=f"{buffer} = {operand.tensor} as float32 for {flat.statement}",
-        names=tuple(flat.names[k] for k in variables),
-        outputs=len(variables),
-        ranges=dims,
-        derived=(),
-        access=(
-            FlatAccess(buffer, DType.FLOAT32, dims, 0, row_major(dims)),
-            replace(operand, strides=tuple(operand.strides[k] for k in variables)),
-        ),
-        constraints=(),
-        agg=AggOp.SUM,
-        comb=CombOp.NONE,
-        dtype=DType.FLOAT32,
-    )
-    context = with_temporary(context, buffer, TensorShape(DType.FLOAT32, dims))
+    context = with_temporary(context, buffer, TensorShape(DType.FLOAT32, copy.ranges))
     copy_op = replace(plan.contraction, output=buffer, inputs=(operand.tensor,))
-    copy_plan = KernelPlan(PlanKind.CONTRACTION, dims, (copy_op,), (buffer,))
+    copy_plan = KernelPlan(PlanKind.CONTRACTION, copy.ranges, (copy_op,), (buffer,))
     return Split((copy_plan, copy), (plan, main), buffer, context, f"to_float_{role}")
 
 
@@ -239,25 +198,45 @@ def float_output(
         return None
     context = with_temporary(context, buffer, TensorShape(DType.FLOAT32, dims))
     main_plan = KernelPlan(plan.kind, plan.shape, (replace(op, output=buffer),), (buffer,))
-    names = flat.names[: flat.outputs]
-    convert = FlatContraction(
-        statement=f"{output.tensor} = {buffer} as float16 for {flat.statement}",
-        names=names,
-        outputs=flat.outputs,
+    outputs = range(flat.outputs)
+    temporary = FlatAccess(buffer, DType.FLOAT32, dims, 0, row_major(dims))
+    _, convert = _copy_of(flat, temporary, outputs, output.tensor, DType.FLOAT16, "as float16")
+    convert_op = replace(op, inputs=(buffer,))
+    convert_plan = KernelPlan(PlanKind.CONTRACTION, dims, (convert_op,), (op.output,))
+    return Split((main_plan, main), (convert_plan, convert), buffer, context, "to_half")
+
+
+def _copy_of(
+    flat: FlatContraction,
+    access: FlatAccess,
+    variables: Sequence[int],
+    target: str,
+    dtype: DType,
+    how: str,
+) -> tuple[FlatAccess, FlatContraction]:
+    """A row-major copy of what `access` reads for `variables` (in that order) into `target`,
+    in `dtype`: how `flat` reads the copy, and the flat contraction of the kernel making it."""
+    dims = tuple(flat.ranges[k] for k in variables)
+    strides = dict(zip(variables, row_major(dims), strict=True))
+    copied = FlatAccess(
+        target, dtype, dims, 0, tuple(strides.get(k, 0) for k in range(len(flat.ranges)))
+    )
+    copy = FlatContraction(
+        statement=f"{target} = {access.tensor} {how} for {flat.statement}",
+        names=tuple(flat.names[k] for k in variables),
+        outputs=len(variables),
         ranges=dims,
         derived=(),
         access=(
-            FlatAccess(output.tensor, DType.FLOAT16, dims, 0, row_major(dims)),
-            FlatAccess(buffer, DType.FLOAT32, dims, 0, row_major(dims)),
+            FlatAccess(target, dtype, dims, 0, row_major(dims)),
+            replace(access, strides=tuple(access.strides[k] for k in variables)),
         ),
         constraints=(),
         agg=AggOp.SUM,
         comb=CombOp.NONE,
-        dtype=DType.FLOAT16,
+        dtype=dtype,
     )
-    convert_op = replace(op, inputs=(buffer,))
-    convert_plan = KernelPlan(PlanKind.CONTRACTION, dims, (convert_op,), (op.output,))
-    return Split((main_plan, main), (convert_plan, convert), buffer, context, "to_half")
+    return copied, copy
 
 
 def _inside(flat: FlatContraction, access: FlatAccess) -> bool:
