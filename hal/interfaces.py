@@ -150,13 +150,22 @@ class Kernel(ABC):
 
     @abstractmethod
     def run(
-        self, params: Sequence[Buffer], deps: Sequence[Event] = (), *, profile: bool = False
+        self,
+        params: Sequence[Buffer],
+        deps: Sequence[Event] = (),
+        *,
+        profile: bool = False,
+        batch: int = 1,
     ) -> Event:
         """Launch the kernel once all `deps` have completed, without blocking the caller.
 
         `params` align with `info.params`. The HAL keeps the buffers alive until the
         returned event completes. If a dependency failed, the kernel does not run and
-        the returned event fails with `hal.DependencyFailed` chaining the cause."""
+        the returned event fails with `hal.DependencyFailed` chaining the cause.
+        `batch` multiplies the grid's third extent (`info.global_size[2]`) for this launch:
+        a kernel compiled for one block of a batch, which finds its block at
+        `get_group_id(2)`, runs over `batch` blocks (tile's dynamic shapes); 0 launches
+        nothing. Bodiless (ZERO, COPY) kernels take whole buffers and ignore it."""
 
 
 class Compiler(ABC):

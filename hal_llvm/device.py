@@ -101,7 +101,12 @@ class LLVMKernel(Kernel):
         return array
 
     def run(
-        self, params: Sequence[Buffer], deps: Sequence[Event] = (), *, profile: bool = False
+        self,
+        params: Sequence[Buffer],
+        deps: Sequence[Event] = (),
+        *,
+        profile: bool = False,
+        batch: int = 1,
     ) -> Event:
         buffers = self._check(params)
         if self._trivial == "zero":
@@ -126,8 +131,15 @@ class LLVMKernel(Kernel):
         entry = self._entry
         assert entry is not None
         addresses = [buffer.address for buffer in buffers]
-        groups, split, runtime = self._groups, self._split, self._runtime
-        if self._inline and not deps:  # what a cached call's launch usually is: no job
+        groups, split, inline, runtime = self._groups, self._split, self._inline, self._runtime
+        if batch != 1:  # the third grid extent times `batch` (Kernel.run)
+            if batch < 0:
+                raise ValueError(f"{self._label}: a batch of {batch} blocks")
+            info = self.info
+            groups *= batch
+            split = runtime.should_split(groups, info.flops * batch, info.bytes * batch)
+            inline = runtime.may_inline(info.flops * batch, info.bytes * batch)
+        if inline and not deps:  # what a cached call's launch usually is: no job
             event = runtime.launch_now(
                 entry,
                 self._inline_params,
@@ -153,7 +165,7 @@ class LLVMKernel(Kernel):
             # JIT code) until it completes (PERFORMANCE.md 4.3).
             keep_alive=(buffers, array, self.library),
             profile=profile,
-            inline=self._inline,
+            inline=inline,
         )
 
     def __repr__(self) -> str:
@@ -203,6 +215,7 @@ class LLVMExecutor(Executor):
             deps,
             label=f"copy of {size} bytes",
             keep_alive=(source, target),
+            inline=self.runtime.may_inline(0, 2 * size),  # a short copy on an idle queue
         )
 
     def fill_zero(self, dst: Buffer, deps: Sequence[Event] = ()) -> Event:

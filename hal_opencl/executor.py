@@ -221,7 +221,12 @@ class OpenCLKernel(Kernel):
         raise ValueError(f"{role} needs {self._sizes[index]} bytes; the buffer has {checked.size}")
 
     def run(
-        self, params: Sequence[Buffer], deps: Sequence[Event] = (), *, profile: bool = False
+        self,
+        params: Sequence[Buffer],
+        deps: Sequence[Event] = (),
+        *,
+        profile: bool = False,
+        batch: int = 1,
     ) -> OpenCLEvent:
         """Launch once `deps` complete. Durations come from the queue's profiling
         (`TILE_PROFILE=1`), not from `profile`, which OpenCL cannot enable per command."""
@@ -234,12 +239,16 @@ class OpenCLKernel(Kernel):
             return executor.copy(buffers[1], 0, buffers[0], 0, size, deps)
         queue = executor.queue
         enqueue: Callable[[], cl.Event]
-        if self._empty:
+        global_size, local_size = self._global, self._local
+        if batch != 1:  # the third grid extent times `batch` (Kernel.run)
+            if batch < 0:
+                raise ValueError(f"{self._label}: a batch of {batch} blocks")
+            global_size = (global_size[0], global_size[1], global_size[2] * batch)
+        if self._empty or not batch:
             enqueue = lambda: cl.enqueue_marker(queue.queue)  # noqa: E731 (nothing to launch)
         else:
             built, name = self.library.built, self._entry
             assert built is not None
-            global_size, local_size = self._global, self._local
 
             def enqueue() -> cl.Event:  # under the queue's guard: handles of one context
                 kernel, lock = built.kernel(name)

@@ -76,10 +76,37 @@ class TensorSpec:
         return TensorShape(DType.of(self.dtype), self.shape)
 
 
-def spec(shape: tuple[int, ...] | list[int] | int, dtype: DTypeLike = "float32") -> TensorSpec:
-    """A tensor input of this shape and dtype for `Function.compile`."""
+@dataclass(frozen=True, slots=True)
+class SymbolicSpec:
+    """A tensor input whose first axis is the batch dimension `name`, of any size
+    (`tile.runtime.dynamic`)."""
+
+    name: str
+    rest: tuple[int, ...]
+    dtype: np.dtype
+
+    def at(self, rows: int) -> TensorSpec:
+        return TensorSpec((rows, *self.rest), self.dtype)
+
+
+def spec(
+    shape: tuple[int | str, ...] | list[int | str] | int, dtype: DTypeLike = "float32"
+) -> TensorSpec | SymbolicSpec:
+    """A tensor input of this shape and dtype for `Function.compile`. A first dimension given
+    as a name (`spec(("N", 128))`) is a batch of any size: the function compiles once for
+    every N (`tile.runtime.dynamic`)."""
     dims = (shape,) if isinstance(shape, int) else tuple(shape)
+    if dims and isinstance(dims[0], str):
+        name, rest = dims[0], dims[1:]
+        if not name.isidentifier():
+            raise ValueError(f"a symbolic dimension is named by an identifier, not {name!r}")
+        if any(isinstance(dim, str) for dim in rest):
+            raise ValueError("only the first dimension of a spec may be symbolic")
+        fixed = spec(rest, dtype) if rest else None
+        return SymbolicSpec(name, fixed.shape if fixed else (), np.dtype(DType.of(dtype).numpy))
     for dim in dims:
+        if isinstance(dim, str):
+            raise ValueError(f"only the first dimension of a spec may be symbolic, not {dim!r}")
         if isinstance(dim, bool) or not isinstance(dim, int | np.integer) or dim < 0:
             raise ValueError(f"a spec's dimensions are sizes (ints >= 0), not {dim!r}")
     if not dims:
@@ -87,7 +114,50 @@ def spec(shape: tuple[int, ...] | list[int] | int, dtype: DTypeLike = "float32")
     return TensorSpec(tuple(int(d) for d in dims), np.dtype(DType.of(dtype).numpy))
 
 
-class CompiledFunction:
+class SignedFunction:
+    """What compiled functions share: a name, a Tile source and a signature of inputs by name,
+    and the binding of a call's inputs to those names."""
+
+    name: str
+    source: str
+    signature: dict
+    device: Device
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return tuple(self.signature)
+
+    def _needs_value(self, name: str) -> bool:
+        """Whether a call must give input `name` (a constant's value is compiled in)."""
+        return self.signature[name][0] == "tensor"
+
+    def _named(self, args: tuple, inputs: Mapping[str, InputValue]) -> dict[str, InputValue]:
+        names = self.inputs
+        if len(args) > len(names):
+            raise TypeError(f"{self.name}() takes {len(names)} inputs, {len(args)} were given")
+        named = dict(zip(names, args, strict=False))
+        for name, value in inputs.items():
+            if name not in self.signature:
+                raise self._error(f"there is no input named '{name}'")
+            if name in named:
+                raise TypeError(f"{self.name}() got two values for input '{name}'")
+            named[name] = value
+        missing = [n for n in names if n not in named and self._needs_value(n)]
+        if missing:
+            raise self._error(f"missing input{'s' if len(missing) > 1 else ''} {missing}")
+        for name, value in named.items():
+            if isinstance(value, Tensor) and value.device is not self.device:
+                raise DeviceMismatch(
+                    f"{self.name} was compiled for {self.device.id}; input '{name}' is on "
+                    f"{value.device.id}"
+                )
+        return named
+
+    def _error(self, message: str) -> TileBindError:
+        return TileBindError(diagnostic("E-BIND", f"{self.name}: {message}", None, self.source))
+
+
+class CompiledFunction(SignedFunction):
     """A function compiled for one input signature on one device (module docstring)."""
 
     def __init__(
@@ -105,10 +175,6 @@ class CompiledFunction:
         self.program = program
 
     @property
-    def inputs(self) -> tuple[str, ...]:
-        return tuple(self.signature)
-
-    @property
     def outputs(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
         """Every output's shape and dtype."""
         return dict(self.program.output_shapes)
@@ -121,35 +187,10 @@ class CompiledFunction:
     def invoke(self, *args: InputValue, **inputs: InputValue) -> Invocation:
         named = self._named(args, inputs)
         for name, value in named.items():
-            if isinstance(value, Tensor) and value.device is not self.device:
-                raise DeviceMismatch(
-                    f"{self.name} was compiled for {self.device.id}; input '{name}' is on "
-                    f"{value.device.id}"
-                )
             wanted, got = self.signature[name], signature_entry(value)
             if got != wanted:
                 raise self._error(f"input '{name}' is {_show(got)}; compiled for {_show(wanted)}")
         return launch(self.device, self.program, named, {}, self.name)
-
-    def _named(self, args: tuple, inputs: Mapping[str, InputValue]) -> dict[str, InputValue]:
-        names = self.inputs
-        if len(args) > len(names):
-            raise TypeError(f"{self.name}() takes {len(names)} inputs, {len(args)} were given")
-        named = dict(zip(names, args, strict=False))
-        for name, value in inputs.items():
-            if name not in self.signature:
-                raise self._error(f"there is no input named '{name}'")
-            if name in named:
-                raise TypeError(f"{self.name}() got two values for input '{name}'")
-            named[name] = value
-        # A constant's value is compiled in: one left out is that value.
-        missing = [n for n in names if n not in named and self.signature[n][0] == "tensor"]
-        if missing:
-            raise self._error(f"missing input{'s' if len(missing) > 1 else ''} {missing}")
-        return named
-
-    def _error(self, message: str) -> TileBindError:
-        return TileBindError(diagnostic("E-BIND", f"{self.name}: {message}", None, self.source))
 
     # ---- bundles ----------------------------------------------------------------------------
 

@@ -28,7 +28,7 @@ from tile.runtime.cache import (
     input_signature,
     source_hash,
 )
-from tile.runtime.compiled import CompiledFunction, TensorSpec, signature_entry
+from tile.runtime.compiled import CompiledFunction, SymbolicSpec, TensorSpec, signature_entry
 from tile.runtime.execute import compile_program, load_program, save_program
 from tile.runtime.launch import Invocation, launch
 
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from tile.errors import Diagnostic
     from tile.runtime.cache import SignatureEntry
     from tile.runtime.device import DeviceRuntime
+    from tile.runtime.dynamic import DynamicFunction
     from tile.runtime.execute import CompiledProgram
 
 
@@ -127,12 +128,18 @@ class Function(FrontEndFunction):
 
     def compile(
         self, *args: InputValue | TensorSpec, device: DeviceLike = None, **inputs: object
-    ) -> CompiledFunction:
+    ) -> CompiledFunction | DynamicFunction:
         """Compile for one input signature on one device (None: the default, or that of the
         tensor inputs) and return a `CompiledFunction`: callable with inputs of that
         signature, and `save`-able as a bundle (`tile.load`). Inputs bind like a call's;
-        `tile.spec(shape, dtype)` stands for a tensor input without data."""
+        `tile.spec(shape, dtype)` stands for a tensor input without data. A spec whose first
+        dimension is a name (`tile.spec(("N", 128))`) makes it a `DynamicFunction`, compiled
+        once for every size of that batch dimension (`tile.runtime.dynamic`)."""
         named = self.named_inputs(args, inputs)  # type: ignore[arg-type]
+        if any(isinstance(value, SymbolicSpec) for value in named.values()):
+            from tile.runtime.dynamic import compile_dynamic
+
+            return compile_dynamic(self, resolve(device), named)
         invoker = Invoker(self, named, device=device)  # type: ignore[arg-type]
         program = invoker._program_for(invoker._run_device())
         signature = tuple((name, invoker._signature[name]) for name in self.inputs)

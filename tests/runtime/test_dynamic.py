@@ -1,0 +1,278 @@
+"""Dynamic batch dimensions (`tile.runtime.dynamic`, issue 13 item 3): a function compiled once
+with `tile.spec(("N", ...))` runs every batch size with no further compilation, every result
+right against a float64 numpy reference; programs whose rows depend on other rows are refused
+clearly at compile time; calls with inputs off the compiled signature are clear errors."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pytest
+
+import tile
+from tests.shipped import SHIPPED, require_opencl
+from tile.lower.batch import BLOCK
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+# Batch sizes at the edges of the blocks (1, BLOCK +- 1, multiples, primes) and a large one.
+SIZES = [1, 2, 3, 7, BLOCK - 1, BLOCK, BLOCK + 1, 2 * BLOCK, 2 * BLOCK + 1, 37, 100, 257]
+TOLERANCE = 2e-5  # relative to the largest reference value, float32 sums of <= 300 terms
+
+
+@pytest.fixture(params=SHIPPED)
+def device(request: pytest.FixtureRequest) -> str:
+    if request.param != "llvm_cpu.0":
+        require_opencl()
+    return request.param
+
+
+def _rng(seed: int) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _layernorm(x: np.ndarray) -> np.ndarray:
+    d = x - x.mean(axis=-1, keepdims=True)
+    return d / np.sqrt((d * d).mean(axis=-1, keepdims=True) + 1e-5)
+
+
+def _conv(x: np.ndarray, k: np.ndarray) -> np.ndarray:
+    kh, kw = k.shape[:2]
+    windows = np.lib.stride_tricks.sliding_window_view(x, (kh, kw), axis=(1, 2))
+    return np.tensordot(windows, k, axes=([4, 5, 3], [0, 1, 2]))
+
+
+# name: (Tile source, symbolic input, its other dims, fixed inputs' shapes, reference)
+WORKLOADS: dict[str, tuple[str, str, tuple[int, ...], dict[str, tuple[int, ...]], Callable]] = {
+    "matmul": (
+        "function (A[M, K], B[K, N]) -> (O) { O[m, n: M, N] = +(A[m, k] * B[k, n]); }",
+        "A",
+        (45,),
+        {"B": (45, 33)},
+        lambda a, b: a @ b,
+    ),
+    "matmul_bias_relu": (
+        "function (A[M, K], B[K, N], C[N]) -> (O) {"
+        " T[m, n: M, N] = +(A[m, k] * B[k, n]); O = relu(T + C); }",
+        "A",
+        (64,),
+        {"B": (64, 48), "C": (48,)},
+        lambda a, b, c: np.maximum(a @ b + c, 0),
+    ),
+    "batched_matmul": (
+        "function (A[B, M, K], X[B, K, N]) -> (O) {"
+        " O[b, m, n: B, M, N] = +(A[b, m, k] * X[b, k, n]); }",
+        "A X",
+        (9, 17),  # A's other dims; X's are (17, 5)
+        {},
+        lambda a, x: a @ x,
+    ),
+    "conv_valid": (
+        "function (I[N, H, W, CI], K[KH, KW, CI, CO]) -> (O) {"
+        " O[n, x, y, co: N, H - KH + 1, W - KW + 1, CO] ="
+        " +(I[n, x + i, y + j, ci] * K[i, j, ci, co]); }",
+        "I",
+        (9, 8, 5),
+        {"K": (3, 3, 5, 7)},
+        _conv,
+    ),
+    "softmax": (
+        "function (X[M, N]) -> (O) { MX[m, 0: M, 1] = >(X[m, n]); E = exp(X - MX);"
+        " S[m, 0: M, 1] = +(E[m, n]); O = E / S; }",
+        "X",
+        (300,),
+        {},
+        _softmax,
+    ),
+    "layernorm": (
+        "function (X[M, N]) -> (O) { S[m, 0: M, 1] = +(X[m, n]); MU = S / N; D = X - MU;"
+        " V[m, 0: M, 1] = +(D[m, n] * D[m, n]); O = D / sqrt(V / N + 0.00001); }",
+        "X",
+        (77,),
+        {},
+        _layernorm,
+    ),
+    "row_max_8x7": (
+        "function (X[M, N]) -> (O) { O[m: M] = >(X[m, n]); }",
+        "X",
+        (7,),
+        {},
+        lambda x: x.max(axis=1),
+    ),
+    "maxpool": (
+        "function (I[N, H, W, C]) -> (O) {"
+        " O[n, x, y, c: N, H / 2, W / 2, C] = >(I[n, 2 * x + i, 2 * y + j, c]), i < 2, j < 2; }",
+        "I",
+        (6, 4, 3),
+        {},
+        lambda inp: inp.reshape(inp.shape[0], 3, 2, 2, 2, 3).max(axis=(2, 4)),
+    ),
+    "elementwise": (
+        "function (X[N, C], G[C]) -> (O) { O = tanh(X) * G + 1; }",
+        "X",
+        (19,),
+        {"G": (19,)},
+        lambda x, g: np.tanh(x) * g + 1,
+    ),
+}
+
+
+def _inputs(name: str, rows: int, seed: int) -> dict[str, np.ndarray]:
+    _, symbolic, rest, fixed, _ = WORKLOADS[name]
+    rng = _rng(seed)
+    values = {key: rng.standard_normal(shape).astype(np.float32) for key, shape in fixed.items()}
+    if name == "batched_matmul":
+        values["A"] = rng.standard_normal((rows, 9, 17)).astype(np.float32)
+        values["X"] = rng.standard_normal((rows, 17, 5)).astype(np.float32)
+        return values
+    values[symbolic] = rng.standard_normal((rows, *rest)).astype(np.float32)
+    return values
+
+
+def _specs(name: str) -> dict[str, object]:
+    _, symbolic, rest, fixed, _ = WORKLOADS[name]
+    rng = _rng(0)
+    specs: dict[str, object] = {
+        key: rng.standard_normal(shape).astype(np.float32) for key, shape in fixed.items()
+    }
+    if name == "batched_matmul":
+        return {"A": tile.spec(("B", 9, 17)), "X": tile.spec(("B", 17, 5))}
+    specs[symbolic] = tile.spec(("N", *rest))
+    return specs
+
+
+def _no_builds(monkeypatch: pytest.MonkeyPatch, device: str) -> list[str]:
+    """Make every later build of `device`'s compiler fail the test: nothing may compile."""
+    compiler = tile.device(device).runtime.device.compiler
+    builds: list[str] = []
+
+    def refuse(*args: object, **kwargs: object) -> object:
+        builds.append("build")
+        raise AssertionError("a dynamic function compiled again")
+
+    monkeypatch.setattr(compiler, "build", refuse)
+    return builds
+
+
+@pytest.mark.parametrize("name", sorted(WORKLOADS))
+def test_one_compile_serves_every_batch_size(
+    device: str, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source, _, _, _, reference = WORKLOADS[name]
+    function = tile.Function(source)
+    specs = _specs(name)
+    compiled = function.compile(device=device, **specs)
+    fixed = {key: value for key, value in specs.items() if isinstance(value, np.ndarray)}
+    builds = _no_builds(monkeypatch, device)
+    for rows in SIZES:
+        values = {**_inputs(name, rows, seed=rows), **fixed}
+        got = compiled(**values)["O"].to_numpy()
+        want = reference(*(values[key].astype(np.float64) for key in function.inputs))
+        assert got.shape == want.shape, (rows, got.shape, want.shape)
+        scale = 1 + np.abs(want).max()
+        assert np.abs(got - want).max() <= TOLERANCE * scale, (name, rows)
+    assert not builds
+
+
+def test_fifty_batch_sizes_without_compiling(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 13's acceptance: 50 batch sizes in 1..1000 from one compile, every result right."""
+    source, _, _, _, reference = WORKLOADS["matmul_bias_relu"]
+    specs = _specs("matmul_bias_relu")
+    function = tile.Function(source)
+    compiled = function.compile(device=device, **specs)
+    builds = _no_builds(monkeypatch, device)
+    sizes = sorted({1, 1000, *_rng(5).integers(1, 1001, 48).tolist()})
+    for rows in sizes:
+        values = {**specs, "A": _rng(rows).standard_normal((rows, 64)).astype(np.float32)}
+        got = compiled(**values)["O"].to_numpy()
+        want = reference(*(np.asarray(values[k], dtype=np.float64) for k in function.inputs))
+        assert np.abs(got - want).max() <= TOLERANCE * (1 + np.abs(want).max()), rows
+    assert not builds
+    assert len(sizes) >= 45
+
+
+def test_tensors_in_and_out(device: str) -> None:
+    """Tensor inputs, and an output fed back in as the next call's input."""
+    source = "function (X[N, C]) -> (O) { O = X * 2 + 1; }"
+    compiled = tile.Function(source).compile(X=tile.spec(("N", 5)), device=device)
+    x = np.arange(35, dtype=np.float32).reshape(7, 5)
+    first = compiled(X=tile.Tensor.from_numpy(x, device=device))["O"]
+    second = compiled(X=first)["O"].to_numpy()
+    assert np.array_equal(second, (x * 2 + 1) * 2 + 1)
+
+
+def test_unbatched_outputs_and_inputs_returned() -> None:
+    """An output without the batch axis (from the fixed inputs only) and one per row."""
+    source = "function (X[N, C], W[C]) -> (O, T) { T[c: C] = +(W[c] * W[c]); O = X * T; }"
+    w = np.arange(1, 4, dtype=np.float32)
+    compiled = tile.Function(source).compile(X=tile.spec(("N", 3)), W=w)
+    for rows in (1, BLOCK + 3):
+        x = _rng(rows).standard_normal((rows, 3)).astype(np.float32)
+        out = compiled(X=x, W=w)
+        assert np.allclose(out["T"].to_numpy(), w * w)
+        assert np.allclose(out["O"].to_numpy(), x * w * w)
+
+
+REFUSED = {
+    "reduces over the batch": "function (X[N, C]) -> (O) { O[c: C] = +(X[n, c]); }",
+    "reads another row": (
+        "function (X[N, C]) -> (O) { O[n, c: N, C] = +(X[n + 1, c]), n + 1 < N; }"
+    ),
+    "batch as a value": "function (X[N, C]) -> (O) { O = X / N; }",
+    "transposed batch": "function (X[N, C]) -> (O) { O[c, n: C, N] = =(X[n, c]); }",
+    "grows the batch": "function (X[N, C]) -> (O) { O[i, c: 2 * N, C] = =(X[i / 2, c]); }",
+    "index along the batch": "function (X[N, C]) -> (O) { O = index(X, 0); }",
+    "pairs of rows": "function (X[N, C]) -> (O) { O[n, m: N, N] = +(X[n, c] * X[m, c]); }",
+}
+
+
+@pytest.mark.parametrize("why", sorted(REFUSED))
+def test_programs_whose_rows_depend_on_other_rows_are_refused(why: str) -> None:
+    function = tile.Function(REFUSED[why])
+    with pytest.raises(tile.TileUnsupported, match="cannot take a dynamic N"):
+        function.compile(X=tile.spec(("N", 4)))
+
+
+def test_spec_and_call_errors() -> None:
+    with pytest.raises(ValueError, match="only the first dimension"):
+        tile.spec((4, "N"))
+    with pytest.raises(ValueError, match="identifier"):
+        tile.spec(("4N", 2))
+    function = tile.Function("function (X[N, C], Y[N, C]) -> (O) { O = X + Y; }")
+    with pytest.raises(tile.TileUnsupported, match="one symbolic dimension"):
+        function.compile(X=tile.spec(("N", 3)), Y=tile.spec(("M", 3)))
+    compiled = function.compile(X=tile.spec(("N", 3)), Y=tile.spec(("N", 3)))
+    x = np.ones((5, 3), np.float32)
+    with pytest.raises(tile.TileBindError, match="another input has 5"):
+        compiled(X=x, Y=np.ones((4, 3), np.float32))
+    with pytest.raises(
+        tile.TileBindError, match=r"compiled for a float32 tensor of shape \[N, 3\]"
+    ):
+        compiled(X=x, Y=np.ones((5, 4), np.float32))
+    with pytest.raises(tile.TileBindError, match=r"shape \[N, 3\]"):
+        compiled(X=x, Y=np.ones((5, 3), np.float64))
+    with pytest.raises(tile.TileBindError, match="at least one row"):
+        compiled(X=np.ones((0, 3), np.float32), Y=np.ones((0, 3), np.float32))
+    with pytest.raises(tile.TileBindError, match="missing input"):
+        compiled(X=x)
+    assert np.array_equal(compiled(X=x, Y=x)["O"].to_numpy(), x + x)
+
+
+def test_long_rows_summed_in_partial_sums(device: str) -> None:
+    """Rows of 2^20 elements: the one-row kernels sum each in partial sums, whose buffer is a
+    private copy per row (tile.lower.batch)."""
+    source = "function (X[N, C]) -> (O) { O[n: N] = +(X[n, c]); }"
+    compiled = tile.Function(source).compile(X=tile.spec(("N", 1 << 20)), device=device)
+    assert compiled._blocks[1].batched.private  # the case this test is for
+    for rows in (1, 3):
+        x = _rng(rows).standard_normal((rows, 1 << 20)).astype(np.float32)
+        got = compiled(X=x)["O"].to_numpy()
+        want = x.astype(np.float64).sum(axis=1)
+        assert np.abs(got - want).max() <= 1e-6 * np.abs(x).sum(axis=1).max(), rows

@@ -1,0 +1,260 @@
+"""The plan of one call size of a dynamic function (`tile.runtime.dynamic`): the kernels of a
+block size over the call's blocks, as a `CompiledProgram` whose schedule names the call's own
+slots, so that `tile.runtime.launch` runs it like any program.
+
+`PlanBuilder.add` lays out one kernel list over `count` blocks: the program's batched inputs
+and outputs are the call's tensors (N rows); a batched temporary grows to `count` blocks; a
+private buffer (`tile.lower.batch`) gets `count` copies; anything without the batch stays its
+size. With `staged`, the kernel list runs on one block made of the call's last rows, copied
+into staging buffers first, and only the last `staged` rows of each output are copied back.
+Kernels that touch batched buffers launch over the blocks (`hal.Kernel.run(batch=...)`);
+ZERO and COPY kernels over batched buffers zero or copy whole buffers of the call's size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from semtree.kernel import Direction, KernelInfo, KernelKind, KernelList, KernelParam
+from semtree.types import TensorShape
+from tile.lower.schedule import OutputPlan, OutputSource, Schedule, Step
+from tile.runtime.execute import CompiledProgram
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from hal.interfaces import Buffer, Event, Executor, Kernel, Library
+    from tile.bind.program import BoundProgram
+    from tile.lower.batch import BatchedList
+    from tile.runtime.cache import ProgramKey
+
+
+@dataclass(slots=True)
+class Blocks:
+    """The kernels of one block size, built and prepared."""
+
+    batched: BatchedList
+    bound: BoundProgram
+    schedule: Schedule
+    library: Library
+    kernels: list[Kernel]
+
+
+class PlanBuilder:
+    """The slots and steps of one call size (module docstring)."""
+
+    def __init__(self, executor: Executor, rows: int) -> None:
+        self.executor = executor
+        self.rows = rows
+        self.names: list[str] = []
+        self.slots: dict[str, int] = {}
+        self.shapes: dict[str, TensorShape] = {}
+        self.inputs: dict[str, int] = {}
+        self.temporaries: list[int] = []
+        self.steps: list[Step] = []
+        self.kernels: list[Kernel] = []
+        self.parts = 0  # the kernel lists added so far (their slots are kept apart)
+
+    def slot(self, name: str, shape: TensorShape, *, temporary: bool = False) -> int:
+        if name not in self.slots:
+            self.slots[name] = len(self.names)
+            self.names.append(name)
+            self.shapes[name] = shape
+            if temporary:
+                self.temporaries.append(self.slots[name])
+        return self.slots[name]
+
+    def add(self, blocks: Blocks, count: int, *, staged: int | None) -> None:
+        """The kernels of `blocks` over `count` blocks of the call's own buffers; or, with
+        `staged` rows, over one block made of the call's last rows, copied into staging
+        buffers, of which the last `staged` rows of each output are copied back."""
+        batched = blocks.batched
+        kernel_list = batched.kernel_list
+        program_inputs = set(kernel_list.inputs)
+        output_buffers = {
+            blocks.schedule.slot_names[plan.slot]
+            for plan in blocks.schedule.outputs
+            if plan.source is OutputSource.KERNEL
+        }
+        prefix = f"p{self.parts}."
+        self.parts += 1
+        slot_of: dict[str, int] = {}
+        copies_out = []
+        for name, shape in kernel_list.shapes.items():
+            is_rows = name in batched.block_elements and name not in batched.private
+            if name in batched.private:
+                slot_of[name] = self.slot(
+                    prefix + name, _grown(shape, count, private=True), temporary=True
+                )
+            elif name in program_inputs:
+                whole = self.slot(name, _with_rows(shape, self.rows) if is_rows else shape)
+                self.inputs[name] = slot_of[name] = whole
+                if is_rows and staged is not None:  # the last block's rows of the input
+                    stage = self.slot(f"{prefix}stage.{name}", shape, temporary=True)
+                    rows = shape.dims[0]
+                    self._copy(name, whole, stage, (self.rows - rows, 0, rows), shape)
+                    slot_of[name] = stage
+            elif name in output_buffers and staged is None:
+                full = _with_rows(shape, self.rows) if is_rows else shape
+                slot_of[name] = self.slot(name, full)
+            elif name in output_buffers and is_rows:
+                slot_of[name] = self.slot(f"{prefix}stage.{name}", shape, temporary=True)
+                copies_out.append((name, slot_of[name], shape))
+            else:  # a temporary (or an unbatched output the direct blocks already write)
+                grown = _grown(shape, count, private=False) if is_rows else shape
+                slot_of[name] = self.slot(prefix + name, grown, temporary=True)
+        for index, info in enumerate(kernel_list.kernels):
+            params = tuple(slot_of[param.name] for param in info.params)
+            kernel = blocks.kernels[index]
+            if index in batched.batched_kernels:
+                kernel = _over_blocks(self.executor, kernel, info, count, self, params)
+            self._step(kernel, info, params)
+        for name, stage, shape in copies_out:
+            assert staged is not None
+            target = self.slot(name, _with_rows(shape, self.rows))
+            rows = shape.dims[0]
+            self._copy(name, stage, target, (rows - staged, self.rows - staged, staged), shape)
+
+    def _copy(
+        self, name: str, source: int, target: int, rows: tuple[int, int, int], shape: TensorShape
+    ) -> None:
+        """Copy rows (first source row, first target row, count) of a batched buffer whose
+        one block is `shape`."""
+        row_bytes = shape.nbytes // shape.dims[0]
+        first, to, count = (row * row_bytes for row in rows)
+        copy = _RangeCopy(self.executor, f"copy_{len(self.steps)}", first, to, count)
+        info = copy.info_for(self.names[target], self.names[source], self.shapes)
+        self._step(copy, info, (target, source))
+
+    def _step(self, kernel: Kernel, info: KernelInfo, params: tuple[int, ...]) -> None:
+        reads, writes = {}, {}
+        for param, slot in zip(info.params, params, strict=True):
+            (writes if param.direction is Direction.OUT else reads)[slot] = None
+        self.steps.append(Step(len(self.kernels), params, tuple(reads), tuple(writes)))
+        self.kernels.append(kernel)
+
+    def program(self, key: ProgramKey, direct: Blocks) -> CompiledProgram:
+        outputs = []
+        for plan in direct.schedule.outputs:
+            shape = plan.shape
+            if plan.source is OutputSource.INPUT:
+                source = self.shapes.get(plan.input)
+                dims = source.dims if source is not None else self._input_dims(direct, plan)
+                outputs.append(replace(plan, shape=TensorShape(shape.dtype, dims)))
+                continue
+            buffer = direct.schedule.slot_names[plan.slot]
+            slot = self.slots[buffer]
+            outputs.append(
+                OutputPlan(
+                    plan.name, TensorShape(shape.dtype, self.shapes[buffer].dims), plan.source, slot
+                )
+            )
+        owned = {plan.slot for plan in outputs if plan.source is OutputSource.KERNEL}
+        temporaries = tuple(
+            (slot, self.shapes[self.names[slot]].nbytes)
+            for slot in range(len(self.names))
+            if slot not in self.inputs.values() and slot not in owned
+        )
+        schedule = Schedule(
+            tuple(self.names),
+            tuple(self.inputs.items()),
+            tuple(outputs),
+            temporaries,
+            tuple(self.steps),
+        )
+        kernel_list = KernelList((), self.shapes, tuple(self.inputs), (), ())
+        return CompiledProgram(key, kernel_list, direct.library, self.kernels, schedule, 0.0)
+
+    def _input_dims(self, direct: Blocks, plan: OutputPlan) -> tuple[int, ...]:
+        binding = direct.bound.input_bindings[plan.input]
+        dims = tuple(binding.shape.dims)  # type: ignore[union-attr]
+        return (self.rows, *dims[1:]) if dims and dims[0] == direct.batched.block else dims
+
+
+def _with_rows(shape: TensorShape, rows: int) -> TensorShape:
+    return TensorShape(shape.dtype, (rows, *shape.dims[1:]))
+
+
+def _grown(shape: TensorShape, count: int, *, private: bool) -> TensorShape:
+    """`count` blocks of a buffer whose one block is `shape`: more rows, or (a private
+    buffer of any layout) `count` copies."""
+    if private or not shape.dims:
+        return TensorShape(shape.dtype, (count, *shape.dims))
+    return TensorShape(shape.dtype, (count * shape.dims[0], *shape.dims[1:]))
+
+
+class _Launch:
+    """A kernel launched over a number of blocks (hal.Kernel.run's `batch`)."""
+
+    def __init__(self, kernel: Kernel, info: KernelInfo, count: int) -> None:
+        self.kernel = kernel
+        self.info = info
+        self.count = count
+
+    def run(
+        self, params: Sequence[Buffer], deps: Sequence[Event] = (), *, profile: bool = False
+    ) -> Event:
+        return self.kernel.run(params, deps, profile=profile, batch=self.count)
+
+
+class _Bodiless:
+    """A ZERO or COPY kernel over batched buffers: whole buffers of the call's size."""
+
+    def __init__(self, executor: Executor, info: KernelInfo, size: int) -> None:
+        self.executor = executor
+        self.info = info
+        self.size = size
+
+    def run(
+        self, params: Sequence[Buffer], deps: Sequence[Event] = (), *, profile: bool = False
+    ) -> Event:
+        if self.info.kind is KernelKind.ZERO:
+            return self.executor.fill_zero(params[0], deps)
+        return self.executor.copy(params[1], 0, params[0], 0, self.size, deps)
+
+
+def _over_blocks(
+    executor: Executor,
+    kernel: Kernel,
+    info: KernelInfo,
+    count: int,
+    builder: PlanBuilder,
+    params: tuple[int, ...],
+) -> Kernel:
+    if info.body is not None:
+        return _Launch(kernel, info, count)  # type: ignore[return-value]
+    sizes = [builder.shapes[builder.names[slot]].nbytes for slot in params]
+    return _Bodiless(executor, info, min(sizes))  # type: ignore[return-value]
+
+
+class _RangeCopy:
+    """Bytes [source_offset, + size) of one buffer into another at target_offset."""
+
+    def __init__(
+        self, executor: Executor, name: str, source_offset: int, target_offset: int, size: int
+    ) -> None:
+        self.executor = executor
+        self.name = name
+        self.source_offset = source_offset
+        self.target_offset = target_offset
+        self.size = size
+        self.info: KernelInfo | None = None
+
+    def info_for(self, target: str, source: str, shapes: Mapping[str, TensorShape]) -> KernelInfo:
+        params = tuple(
+            KernelParam(name, direction, shapes[name].dtype, shapes[name].dims)
+            for name, direction in ((target, Direction.OUT), (source, Direction.IN))
+        )
+        self.info = KernelInfo(
+            self.name, KernelKind.COPY, params, (0, 0, 0), (0, 0, 0), None, 0, 2 * self.size
+        )
+        return self.info
+
+    def run(
+        self, params: Sequence[Buffer], deps: Sequence[Event] = (), *, profile: bool = False
+    ) -> Event:
+        target, source = params
+        return self.executor.copy(
+            source, self.source_offset, target, self.target_offset, self.size, deps
+        )

@@ -1,0 +1,248 @@
+"""Functions compiled once for every size of a batch dimension (issue 13 item 3).
+
+`Function.compile(X=tile.spec(("N", 128)))` names the first axis of `X` N instead of fixing
+it. The function is then bound at a few sizes of N to find the tensors that carry the batch
+(`tile.lower.separable`, which refuses a program whose rows depend on other rows), and
+generated and built twice: for a block of `BLOCK` rows and for a block of one row
+(`tile.lower.batch`). Each kernel runs over any number of blocks in one launch
+(`hal.Kernel.run(batch=...)`), so no N compiles anything:
+
+- N < BLOCK: the one-row kernels over N blocks;
+- otherwise the `BLOCK`-row kernels over the N // BLOCK whole blocks, and, when rows are
+  left, once more over the last BLOCK rows, copied into staging buffers first; of their
+  results only the rows left are copied back. Every launch's blocks start at its buffers'
+  first byte, and the rows a block reads are always the call's own (no padding).
+
+What a call with N rows runs is a plan over its own buffers (a `CompiledProgram`, whose
+schedule names the call's slots), built in microseconds and kept for the last few sizes;
+each plan owns its temporaries, sized for its N.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+from hal.errors import HalError
+from tile.errors import TileBindError, TileError, TileUnsupported, diagnostic
+from tile.lower.batch import BLOCK, BatchError, batch_kernels
+from tile.lower.generate import generate_program
+from tile.lower.schedule import OutputSource, make_schedule
+from tile.lower.separable import NotSeparable, batch_tensors
+from tile.runtime.batch_plan import Blocks, PlanBuilder
+from tile.runtime.cache import ProgramKey, input_signature, tensor_entry
+from tile.runtime.compiled import SignedFunction, SymbolicSpec, signature_entry
+from tile.runtime.device import build_error
+from tile.runtime.launch import Invocation, launch
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    import numpy as np
+
+    from tile.runtime.api import Device, InputValue, Tensor
+    from tile.runtime.cache import SignatureEntry
+    from tile.runtime.execute import CompiledProgram
+    from tile.runtime.invoke import Function
+
+PLANS_KEPT = 8  # the per-size plans a dynamic function keeps (each owns its temporaries)
+SIZE_HINTS = (1, 7, BLOCK)  # the batch sizes the program is bound at to find the batch
+MAX_ROWS = 2**31 - 1
+
+
+class DynamicFunction(SignedFunction):
+    """A function compiled for every size of one batch dimension (module docstring); called
+    like a `CompiledFunction`, with any number of rows >= 1 in the batched inputs."""
+
+    def __init__(
+        self,
+        function: Function,
+        device: Device,
+        symbol: str,
+        inputs: dict[str, SymbolicSpec | SignatureEntry],
+        blocks: dict[int, Blocks],
+        compile_seconds: float,
+    ) -> None:
+        self.name = function.name
+        self.source = function.source
+        self.device = device
+        self.symbol = symbol  # the batch dimension's name
+        self.signature = inputs  # input name -> SymbolicSpec, or its fixed signature entry
+        self.compile_seconds = compile_seconds
+        self._function = function
+        self._blocks = blocks
+        self._plans: OrderedDict[int, CompiledProgram] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def output_shapes(self, rows: int) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """Every output's shape and dtype for a batch of `rows`."""
+        return dict(self._plan(rows).output_shapes)
+
+    def __call__(self, *args: InputValue, **inputs: InputValue) -> dict[str, Tensor]:
+        return self.invoke(*args, **inputs).outputs
+
+    def invoke(self, *args: InputValue, **inputs: InputValue) -> Invocation:
+        named = self._named(args, inputs)
+        rows = None
+        for name, value in named.items():
+            wanted, got = self.signature[name], signature_entry(value)
+            if isinstance(wanted, SymbolicSpec):
+                size = _rows_of(got, wanted)
+                if size is None:
+                    raise self._error(
+                        f"input '{name}' is {_show(got)}; compiled for a {wanted.dtype.name} "
+                        f"tensor of shape [{', '.join([self.symbol, *map(str, wanted.rest)])}]"
+                    )
+                if rows is not None and size != rows:
+                    raise self._error(
+                        f"input '{name}' has {size} rows of the batch {self.symbol}, another "
+                        f"input has {rows}"
+                    )
+                rows = size
+            elif got != wanted:
+                raise self._error(f"input '{name}' is {_show(got)}; compiled for {_show(wanted)}")
+        assert rows is not None  # every symbolic input is a tensor input, so it was given
+        if rows < 1:
+            raise self._error(f"the batch {self.symbol} must have at least one row, not {rows}")
+        return launch(self.device, self._plan(rows), named, {}, self.name)
+
+    def _needs_value(self, name: str) -> bool:
+        return isinstance(self.signature[name], SymbolicSpec) or super()._needs_value(name)
+
+    def _plan(self, rows: int) -> CompiledProgram:
+        with self._lock:
+            plan = self._plans.get(rows)
+            if plan is not None:
+                self._plans.move_to_end(rows)
+                return plan
+        plan = self._build_plan(rows)
+        with self._lock:
+            self._plans[rows] = plan
+            while len(self._plans) > PLANS_KEPT:
+                self._plans.popitem(last=False)
+        return plan
+
+    def _build_plan(self, rows: int) -> CompiledProgram:
+        if rows > MAX_ROWS:
+            raise self._error(f"a batch of {rows} rows is too large")
+        builder = PlanBuilder(self.device.runtime.executor, rows)
+        if rows < BLOCK:
+            direct = self._blocks[1]
+            builder.add(direct, rows, staged=None)
+        else:
+            direct = self._blocks[BLOCK]
+            whole, left = divmod(rows, BLOCK)
+            if left:  # the last BLOCK rows, run apart; only the rows left are copied back
+                builder.add(direct, 1, staged=left)  # first: short launches can run at once
+            builder.add(direct, whole, staged=None)
+        key = ProgramKey(
+            self._function.source_hash,
+            input_signature((name, _entry(spec, rows)) for name, spec in self.signature.items()),
+            self.device.id,
+            self.device.runtime.fingerprint,
+        )
+        return builder.program(key, direct)
+
+    def __repr__(self) -> str:
+        shown = []
+        for name, entry in self.signature.items():
+            if isinstance(entry, SymbolicSpec):
+                dims = ", ".join([self.symbol, *map(str, entry.rest)])
+                shown.append(f"{name}: {entry.dtype.name}[{dims}]")
+            else:
+                shown.append(f"{name}: {_show(entry)}")
+        return f"<DynamicFunction {self.name}({', '.join(shown)}) on {self.device.id}>"
+
+
+def compile_dynamic(
+    function: Function, device: Device, named: Mapping[str, object]
+) -> DynamicFunction:
+    """Compile `function` for every size of its one symbolic batch dimension (module
+    docstring). `named`: the inputs, the symbolic ones as `SymbolicSpec`s."""
+    start = time.perf_counter()
+    symbols = {spec.name for spec in named.values() if isinstance(spec, SymbolicSpec)}
+    if len(symbols) != 1:
+        raise TileUnsupported(
+            f"{function.name}: one symbolic dimension per compiled function, not {sorted(symbols)}"
+        )
+    symbol = symbols.pop()
+    missing = [name for name in function.inputs if name not in named]
+    if missing:
+        raise TileBindError(
+            diagnostic(
+                "E-BIND", f"{function.name}: missing inputs {missing}", None, function.source
+            )
+        )
+
+    def at(rows: int) -> dict[str, object]:
+        return {n: v.at(rows) if isinstance(v, SymbolicSpec) else v for n, v in named.items()}
+
+    bound = {}
+    for rows in SIZE_HINTS:
+        try:
+            bound[rows] = function.bind(at(rows))
+        except TileError as error:
+            raise TileUnsupported(
+                f"{function.name} cannot take a dynamic {symbol}: with {symbol} = {rows} it does "
+                f"not bind:\n{error}"
+            ) from error
+    try:
+        rows_of = batch_tensors([bound[rows] for rows in SIZE_HINTS], SIZE_HINTS)
+    except NotSeparable as error:
+        raise TileUnsupported(
+            f"{function.name} cannot take a dynamic {symbol}: {error}. Compile it for each "
+            "size instead."
+        ) from None
+    runtime = device.runtime
+    blocks = {}
+    for block in (BLOCK, 1):
+        program = bound[block]
+        kernel_list = generate_program(program, runtime.device.settings, name_prefix=f"b{block}")
+        try:
+            batched = batch_kernels(kernel_list, rows_of, set(program.bindings), block)
+        except BatchError as error:
+            raise TileUnsupported(
+                f"{function.name} cannot take a dynamic {symbol} on {device.id}: {error}"
+            ) from None
+        schedule = make_schedule(program, batched.kernel_list)
+        if any(plan.source is OutputSource.COPY for plan in schedule.outputs):
+            raise TileUnsupported(f"{function.name}: an output renamed to another buffer")
+        hal_device = runtime.device
+        try:
+            library = hal_device.compiler.build(batched.kernel_list, hal_device)
+            kernels = [
+                hal_device.executor.prepare(library, index)
+                for index in range(len(batched.kernel_list.kernels))
+            ]
+        except HalError as error:
+            raise build_error(error, f"{function.name} on {device.id}") from error
+        blocks[block] = Blocks(batched, program, schedule, library, kernels)
+    inputs: dict[str, SymbolicSpec | SignatureEntry] = {
+        name: value if isinstance(value, SymbolicSpec) else signature_entry(value)
+        for name, value in ((n, named[n]) for n in function.inputs)
+    }
+    seconds = time.perf_counter() - start
+    return DynamicFunction(function, device, symbol, inputs, blocks, seconds)
+
+
+def _rows_of(entry: SignatureEntry, spec: SymbolicSpec) -> int | None:
+    kind, dtype, dims = entry
+    if kind != "tensor" or dtype != spec.dtype.str or not isinstance(dims, tuple):
+        return None
+    if len(dims) != len(spec.rest) + 1 or tuple(dims[1:]) != spec.rest:
+        return None
+    return int(dims[0])
+
+
+def _entry(spec: SymbolicSpec | SignatureEntry, rows: int) -> SignatureEntry:
+    if isinstance(spec, SymbolicSpec):
+        return tensor_entry(spec.dtype, (rows, *spec.rest))
+    return spec
+
+
+def _show(entry: SignatureEntry) -> str:
+    from tile.runtime.compiled import _show as show
+
+    return show(entry)
