@@ -195,6 +195,7 @@ class Executor(ABC):
     """Memory and execution for one device."""
 
     buffer_alignment: int
+    makes_views: bool = False  # whether `view` makes views (at multiples of the alignment)
 
     @abstractmethod
     def allocate(self, size: int) -> Buffer:
@@ -224,6 +225,12 @@ class Executor(ABC):
     @abstractmethod
     def fill_zero(self, dst: Buffer, deps: Sequence[Event] = ()) -> Event:
         """Asynchronously set every byte of `dst` to zero once `deps` complete."""
+
+    def view(self, buffer: Buffer, offset: int, size: int) -> Buffer | None:
+        """A buffer over bytes [offset, offset + size) of `buffer`, sharing its memory, for
+        kernel parameters; None where this backend makes no views there (the default: none;
+        an offset that is not a multiple of `buffer_alignment`)."""
+        return None
 
     def flush(self) -> None:  # noqa: B027 (a deliberate no-op default, not an abstract method)
         """Push queued work to the device (no-op where submission is immediate)."""

@@ -176,6 +176,7 @@ class LLVMExecutor(Executor):
     """Buffers, copies, fills and kernel preparation for one LLVM device."""
 
     buffer_alignment = ALIGNMENT
+    makes_views = True
 
     def __init__(self, device: LLVMDevice, runtime: CpuRuntime) -> None:
         self.device = device
@@ -217,6 +218,12 @@ class LLVMExecutor(Executor):
             keep_alive=(source, target),
             inline=self.runtime.may_inline(0, 2 * size),  # a short copy on an idle queue
         )
+
+    def view(self, buffer: Buffer, offset: int, size: int) -> CpuBuffer | None:
+        source = _as_cpu_buffer(buffer, "a view's buffer")
+        if offset % ALIGNMENT or offset < 0 or size < 0 or offset + size > source.size:
+            return None
+        return CpuBuffer(self.device, source.storage[offset : offset + size])
 
     def fill_zero(self, dst: Buffer, deps: Sequence[Event] = ()) -> Event:
         target = _as_cpu_buffer(dst, "the fill destination")

@@ -98,6 +98,27 @@ class OpenCLExecutor(Executor):
                 flags=self._flags,
             )
 
+    makes_views = True
+
+    def view(self, buffer: Buffer, offset: int, size: int) -> OpenCLBuffer | None:
+        """A sub-buffer (of the buffer's own arena where it is a part of one)."""
+        source = self._buffer(buffer, "a view's buffer")
+        owner = source.arena if source.arena is not None else source
+        start = source.offset + offset
+        if start % self.buffer_alignment or offset < 0 or size <= 0 or offset + size > source.size:
+            return None
+        queue = self.queue
+        with queue.guard:  # of the context the owner's buffer is in now
+            return OpenCLBuffer(
+                self.device,
+                queue,
+                owner.cl_buffer.get_sub_region(start, size),
+                size,
+                arena=owner,  # type: ignore[arg-type] (remade from its owner, like a part)
+                offset=start,
+                invalidate=source._invalidate,
+            )
+
     def prepare(self, library: Library, index: int) -> OpenCLKernel:
         # Checked by shape: importing the compiler here would import the kernel IR on listing.
         if not hasattr(library, "entry") or not hasattr(library, "program_source"):

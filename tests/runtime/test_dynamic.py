@@ -12,13 +12,15 @@ import pytest
 
 import tile
 from tests.shipped import SHIPPED, require_opencl
-from tile.lower.batch import BLOCK
+from tile.lower.batch import BLOCKS
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-# Batch sizes at the edges of the blocks (1, BLOCK +- 1, multiples, primes) and a large one.
-SIZES = [1, 2, 3, 7, BLOCK - 1, BLOCK, BLOCK + 1, 2 * BLOCK, 2 * BLOCK + 1, 37, 100, 257]
+# Batch sizes at the edges of every block (B - 1, B, B + 1, 2B, 2B + 1), primes, a large one.
+SIZES = sorted(
+    {1, 37, 100, 257, *(n for b in BLOCKS[:-1] for n in (b - 1, b, b + 1, 2 * b, 2 * b + 1))}
+)
 TOLERANCE = 2e-5  # relative to the largest reference value, float32 sums of <= 300 terms
 
 
@@ -213,7 +215,7 @@ def test_unbatched_outputs_and_inputs_returned() -> None:
     source = "function (X[N, C], W[C]) -> (O, T) { T[c: C] = +(W[c] * W[c]); O = X * T; }"
     w = np.arange(1, 4, dtype=np.float32)
     compiled = tile.Function(source).compile(X=tile.spec(("N", 3)), W=w)
-    for rows in (1, BLOCK + 3):
+    for rows in (1, BLOCKS[0] + 3):
         x = _rng(rows).standard_normal((rows, 3)).astype(np.float32)
         out = compiled(X=x, W=w)
         assert np.allclose(out["T"].to_numpy(), w * w)
@@ -276,3 +278,28 @@ def test_long_rows_summed_in_partial_sums(device: str) -> None:
         got = compiled(X=x)["O"].to_numpy()
         want = x.astype(np.float64).sum(axis=1)
         assert np.abs(got - want).max() <= 1e-6 * np.abs(x).sum(axis=1).max(), rows
+
+
+@pytest.mark.parametrize("views", [True, False])
+def test_rows_left_over_in_place_or_staged(
+    device: str, views: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rows left over run in place, through views of the call's buffers, where the backend
+    makes views at their offset (rows of 32 floats: at every row, on every backend here),
+    else in staging buffers."""
+    executor = tile.device(device).runtime.device.executor
+    monkeypatch.setattr(type(executor), "makes_views", views)
+    source = (
+        "function (A[M, K], B[K, N], C[N]) -> (O) {"
+        " T[m, n: M, N] = +(A[m, k] * B[k, n]); O = relu(T + C); }"
+    )
+    b = _rng(1).standard_normal((32, 32)).astype(np.float32)
+    c = _rng(2).standard_normal(32).astype(np.float32)
+    compiled = tile.Function(source).compile(A=tile.spec(("N", 32)), B=b, C=c, device=device)
+    for rows in (BLOCKS[1] + 1, BLOCKS[0] + 5, 100):
+        a = _rng(rows).standard_normal((rows, 32)).astype(np.float32)
+        got = compiled(A=a, B=b, C=c)["O"].to_numpy()
+        want = np.maximum(a.astype(np.float64) @ b + c, 0)
+        assert np.abs(got - want).max() <= TOLERANCE * (1 + np.abs(want).max()), rows
+        kinds = {type(kernel).__name__ for kernel in compiled._plan(rows).kernels}
+        assert ("_Viewed" in kinds) == views and ("_RangeCopy" in kinds) != views, kinds

@@ -14,11 +14,11 @@ import tile
 from tests.fuzz.check import compare, judge, precisions, reference
 from tests.fuzz.programs import Case, draw
 from tests.shipped import SHIPPED, require_opencl
-from tile.lower.batch import BLOCK
+from tile.lower.batch import BLOCKS
 
 CASES = 48
 SEED = 2027
-SIZES = (1, BLOCK - 1, 2 * BLOCK + 3)
+SIZES = (1, BLOCKS[1] + 1, BLOCKS[0] - 1, 2 * BLOCKS[0] + 5)
 
 
 @pytest.fixture(params=SHIPPED)

@@ -1,8 +1,8 @@
 """Kernels for one block of a dynamic batch (issue 13 item 3).
 
 A function compiled with a symbolic batch dimension (`tile.spec(("N", 128))`) is generated
-twice at fixed block sizes, like any program (`tile.lower.generate`): once for a block of
-`BLOCK` rows and once for a block of one row. This module makes those kernel lists run over
+for each of a few fixed block sizes (`BLOCKS` rows), like any program (`tile.lower.generate`).
+This module makes those kernel lists run over
 any number of blocks in one launch: every kernel that touches batched data finds its block
 at `get_group_id(2)`, and each of its accesses to a batched buffer moves by that block's
 offset (`hal.Kernel.run(batch=...)` multiplies the grid's third extent at launch). The
@@ -11,7 +11,7 @@ runtime (`tile.runtime.dynamic`) chooses the blocks of each call, so no N compil
 Which buffers are batched:
 - `rows`: the program's tensors whose first axis is the batch (the symbolic inputs, and
   every tensor `tile.lower.separable` found to carry it): block `b` of such a tensor is its
-  rows [b * BLOCK, (b + 1) * BLOCK), contiguous in row-major order;
+  rows [b * B, (b + 1) * B) for blocks of B rows, contiguous in row-major order;
 - every buffer the generator made (split partials, operand copies) that a batched kernel
   writes: each block gets a private copy (block `b` at `b` times its size).
 A kernel is batched when it touches a batched buffer. A batched kernel that writes a tensor
@@ -24,7 +24,7 @@ import hashlib
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from semtree.kernel import Direction, KernelInfo, KernelList
+from semtree.kernel import Direction, KernelInfo, KernelKind, KernelList
 from semtree.nodes import Binary, IndexExpr, IntConst, Lanes, Lookup, Subscript, rewrite, walk
 from semtree.operators import BinOp, IdKind
 
@@ -34,7 +34,10 @@ if TYPE_CHECKING:
     from semtree.nodes import Function, Node
     from semtree.types import TensorShape
 
-BLOCK = 16  # rows per block of the large-block kernels
+# Rows per block of the kernel lists a dynamic function is generated for, largest first: a
+# multiple of the usual register tiles' heights (2, 3, 4, 6, 8, 12), so that a block ends
+# where a tile does; a block of 6 for the rows left over; and single rows.
+BLOCKS = (24, 6, 1)
 
 
 class BatchError(Exception):
@@ -54,11 +57,18 @@ class BatchedList:
 
 
 def batch_kernels(
-    kernel_list: KernelList, rows: Collection[str], program_tensors: Collection[str], block: int
+    kernel_list: KernelList,
+    rows: Collection[str],
+    program_tensors: Collection[str],
+    block: int,
+    *,
+    rewrite: bool = True,
 ) -> BatchedList:
     """`kernel_list`, generated for one block of `block` rows, made to run over many blocks
     (module docstring). `rows`: the buffers whose first axis is the batch; `program_tensors`:
-    every buffer named after a tensor of the program (the others are the generator's)."""
+    every buffer named after a tensor of the program (the others are the generator's).
+    `rewrite=False`: the bodies already run over blocks (a list this function made, kept on
+    disk); only which buffers and kernels are batched is worked out again."""
     shapes = kernel_list.shapes
     batched = {name: _elements(shapes[name]) for name in rows if name in shapes}
     private: set[str] = set()
@@ -79,7 +89,7 @@ def batch_kernels(
             batched[param.name] = _elements(shapes[param.name])
             private.add(param.name)
         indexes.add(index)
-        kernels.append(_batched_kernel(info, batched))
+        kernels.append(_batched_kernel(info, batched) if rewrite else info)
     batched_list = replace(kernel_list, kernels=tuple(kernels))
     return BatchedList(batched_list, block, batched, frozenset(private), frozenset(indexes))
 
@@ -92,8 +102,10 @@ def _elements(shape: TensorShape) -> int:
 
 
 def _batched_kernel(info: KernelInfo, batched: dict[str, int]) -> KernelInfo:
+    if info.kind is KernelKind.ZERO:  # the generator makes none today
+        raise BatchError(f"kernel {info.name} zeroes a batched buffer whole")
     if info.body is None:
-        return info  # ZERO and COPY take whole buffers; the runtime sizes them per launch
+        return info  # a COPY: the runtime copies the blocks of each launch
     if info.global_size[2] != 1 or any(
         isinstance(node, IndexExpr) and node.dim == 2 for node in walk(info.body)
     ):

@@ -5,8 +5,8 @@ slots, so that `tile.runtime.launch` runs it like any program.
 `PlanBuilder.add` lays out one kernel list over `count` blocks: the program's batched inputs
 and outputs are the call's tensors (N rows); a batched temporary grows to `count` blocks; a
 private buffer (`tile.lower.batch`) gets `count` copies; anything without the batch stays its
-size. With `staged`, the kernel list runs on one block made of the call's last rows, copied
-into staging buffers first, and only the last `staged` rows of each output are copied back.
+size. With `staged`, the blocks are made of the call's last rows, copied into staging
+buffers first, and only the last `staged` rows of each output are copied back.
 Kernels that touch batched buffers launch over the blocks (`hal.Kernel.run(batch=...)`);
 ZERO and COPY kernels over batched buffers zero or copy whole buffers of the call's size.
 """
@@ -67,7 +67,7 @@ class PlanBuilder:
 
     def add(self, blocks: Blocks, count: int, *, staged: int | None) -> None:
         """The kernels of `blocks` over `count` blocks of the call's own buffers; or, with
-        `staged` rows, over one block made of the call's last rows, copied into staging
+        `staged` rows, over `count` blocks made of the call's last rows, copied into staging
         buffers, of which the last `staged` rows of each output are copied back."""
         batched = blocks.batched
         kernel_list = batched.kernel_list
@@ -81,6 +81,10 @@ class PlanBuilder:
         self.parts += 1
         slot_of: dict[str, int] = {}
         copies_out = []
+        # In place: the last rows of the call's own buffers, through views, when the backend
+        # makes views at their offset; else staging buffers and copies.
+        views: dict[str, tuple[int, int]] = {}  # buffer -> (offset, bytes) of its view
+        in_place = staged is not None and self._views_fit(blocks, count)
         for name, shape in kernel_list.shapes.items():
             is_rows = name in batched.block_elements and name not in batched.private
             if name in batched.private:
@@ -90,16 +94,22 @@ class PlanBuilder:
             elif name in program_inputs:
                 whole = self.slot(name, _with_rows(shape, self.rows) if is_rows else shape)
                 self.inputs[name] = slot_of[name] = whole
-                if is_rows and staged is not None:  # the last block's rows of the input
-                    stage = self.slot(f"{prefix}stage.{name}", shape, temporary=True)
-                    rows = shape.dims[0]
+                if is_rows and in_place:
+                    views[name] = self._last_rows(shape, count)
+                elif is_rows and staged is not None:  # the input's last rows
+                    grown = _grown(shape, count, private=False)
+                    stage = self.slot(f"{prefix}stage.{name}", grown, temporary=True)
+                    rows = grown.dims[0]
                     self._copy(name, whole, stage, (self.rows - rows, 0, rows), shape)
                     slot_of[name] = stage
-            elif name in output_buffers and staged is None:
+            elif name in output_buffers and (staged is None or (in_place and is_rows)):
                 full = _with_rows(shape, self.rows) if is_rows else shape
                 slot_of[name] = self.slot(name, full)
+                if staged is not None:
+                    views[name] = self._last_rows(shape, count)
             elif name in output_buffers and is_rows:
-                slot_of[name] = self.slot(f"{prefix}stage.{name}", shape, temporary=True)
+                grown = _grown(shape, count, private=False)
+                slot_of[name] = self.slot(f"{prefix}stage.{name}", grown, temporary=True)
                 copies_out.append((name, slot_of[name], shape))
             else:  # a temporary (or an unbatched output the direct blocks already write)
                 grown = _grown(shape, count, private=False) if is_rows else shape
@@ -107,14 +117,50 @@ class PlanBuilder:
         for index, info in enumerate(kernel_list.kernels):
             params = tuple(slot_of[param.name] for param in info.params)
             kernel = blocks.kernels[index]
+            placed = {i: views[p.name] for i, p in enumerate(info.params) if p.name in views}
             if index in batched.batched_kernels:
-                kernel = _over_blocks(self.executor, kernel, info, count, self, params)
+                sizes = [self.shapes[self.names[slot]].nbytes for slot in params]
+                for i, (_, size) in placed.items():
+                    sizes[i] = size
+                kernel = _over_blocks(self.executor, kernel, info, count, min(sizes))
+            if placed:
+                kernel = _Viewed(self.executor, kernel, placed)  # type: ignore[assignment]
             self._step(kernel, info, params)
         for name, stage, shape in copies_out:
             assert staged is not None
             target = self.slot(name, _with_rows(shape, self.rows))
-            rows = shape.dims[0]
+            rows = count * shape.dims[0]
             self._copy(name, stage, target, (rows - staged, self.rows - staged, staged), shape)
+
+    def _views_fit(self, blocks: Blocks, count: int) -> bool:
+        """Whether every batched input and output of `blocks` has a view at its last
+        `count` blocks' rows."""
+        if not self.executor.makes_views:
+            return False
+        batched = blocks.batched
+        shapes = batched.kernel_list.shapes
+        for name in batched.block_elements:
+            if name not in batched.private and name not in self._temporary_names(blocks):
+                offset, _ = self._last_rows(shapes[name], count)
+                if offset % self.executor.buffer_alignment:
+                    return False
+        return True
+
+    @staticmethod
+    def _temporary_names(blocks: Blocks) -> set[str]:
+        kernel_list = blocks.batched.kernel_list
+        outputs = {
+            blocks.schedule.slot_names[plan.slot]
+            for plan in blocks.schedule.outputs
+            if plan.source is OutputSource.KERNEL
+        }
+        return set(kernel_list.shapes) - set(kernel_list.inputs) - outputs
+
+    def _last_rows(self, shape: TensorShape, count: int) -> tuple[int, int]:
+        """(offset, bytes) of the call's last `count` blocks of a batched buffer whose one
+        block is `shape`."""
+        size = _grown(shape, count, private=False).nbytes
+        return _with_rows(shape, self.rows).nbytes - size, size
 
     def _copy(
         self, name: str, source: int, target: int, rows: tuple[int, int, int], shape: TensorShape
@@ -215,17 +261,33 @@ class _Bodiless:
 
 
 def _over_blocks(
-    executor: Executor,
-    kernel: Kernel,
-    info: KernelInfo,
-    count: int,
-    builder: PlanBuilder,
-    params: tuple[int, ...],
+    executor: Executor, kernel: Kernel, info: KernelInfo, count: int, size: int
 ) -> Kernel:
+    """`kernel` launched over `count` blocks; a bodiless one over `size` bytes."""
     if info.body is not None:
         return _Launch(kernel, info, count)  # type: ignore[return-value]
-    sizes = [builder.shapes[builder.names[slot]].nbytes for slot in params]
-    return _Bodiless(executor, info, min(sizes))  # type: ignore[return-value]
+    return _Bodiless(executor, info, size)  # type: ignore[return-value]
+
+
+class _Viewed:
+    """A kernel given views of some of its buffers: (offset, bytes) by parameter index."""
+
+    def __init__(self, executor: Executor, kernel: Kernel, views: dict[int, tuple[int, int]]):
+        self.executor = executor
+        self.kernel = kernel
+        self.info = kernel.info
+        self.views = views
+
+    def run(
+        self, params: Sequence[Buffer], deps: Sequence[Event] = (), *, profile: bool = False
+    ) -> Event:
+        buffers = list(params)
+        for index, (offset, size) in self.views.items():
+            view = self.executor.view(buffers[index], offset, size)
+            if view is None:  # the plan checked the offsets: a backend that changed its mind
+                raise RuntimeError(f"no view at byte {offset} of {self.info.params[index].name}")
+            buffers[index] = view
+        return self.kernel.run(buffers, deps, profile=profile)
 
 
 class _RangeCopy:

@@ -3,15 +3,17 @@
 `Function.compile(X=tile.spec(("N", 128)))` names the first axis of `X` N instead of fixing
 it. The function is then bound at a few sizes of N to find the tensors that carry the batch
 (`tile.lower.separable`, which refuses a program whose rows depend on other rows), and
-generated and built twice: for a block of `BLOCK` rows and for a block of one row
-(`tile.lower.batch`). Each kernel runs over any number of blocks in one launch
-(`hal.Kernel.run(batch=...)`), so no N compiles anything:
+generated and built for blocks of 24, 6 and 1 rows (`tile.lower.batch.BLOCKS`). Each kernel
+runs over any number of blocks in one launch (`hal.Kernel.run(batch=...)`), so no N compiles
+anything. A call with N rows takes the largest block B <= N:
 
-- N < BLOCK: the one-row kernels over N blocks;
-- otherwise the `BLOCK`-row kernels over the N // BLOCK whole blocks, and, when rows are
-  left, once more over the last BLOCK rows, copied into staging buffers first; of their
-  results only the rows left are copied back. Every launch's blocks start at its buffers'
-  first byte, and the rows a block reads are always the call's own (no padding).
+- the B-row kernels run over the N // B whole blocks of the call's own buffers;
+- the r = N % B rows left are covered by the next smaller block b: its kernels run over
+  ceil(r / b) blocks made of the call's last ceil(r / b) * b rows, copied into staging
+  buffers first, and only the last r rows of each result are copied back.
+
+Every launch's blocks start at its buffers' first byte, and every row a block reads is one
+of the call's own (no padding).
 
 What a call with N rows runs is a plan over its own buffers (a `CompiledProgram`, whose
 schedule names the call's slots), built in microseconds and kept for the last few sizes;
@@ -23,14 +25,16 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from hal.errors import HalError
 from tile.errors import TileBindError, TileError, TileUnsupported, diagnostic
-from tile.lower.batch import BLOCK, BatchError, batch_kernels
+from tile.lower.batch import BLOCKS, BatchError, batch_kernels
 from tile.lower.generate import generate_program
 from tile.lower.schedule import OutputSource, make_schedule
 from tile.lower.separable import NotSeparable, batch_tensors
+from tile.runtime import debug, store
 from tile.runtime.batch_plan import Blocks, PlanBuilder
 from tile.runtime.cache import ProgramKey, input_signature, tensor_entry
 from tile.runtime.compiled import SignedFunction, SymbolicSpec, signature_entry
@@ -42,13 +46,14 @@ if TYPE_CHECKING:
 
     import numpy as np
 
+    from tile.bind.program import BoundProgram
     from tile.runtime.api import Device, InputValue, Tensor
     from tile.runtime.cache import SignatureEntry
     from tile.runtime.execute import CompiledProgram
     from tile.runtime.invoke import Function
 
 PLANS_KEPT = 8  # the per-size plans a dynamic function keeps (each owns its temporaries)
-SIZE_HINTS = (1, 7, BLOCK)  # the batch sizes the program is bound at to find the batch
+SIZE_HINTS = tuple(sorted({*BLOCKS, 7}))  # the sizes bound to find the batch (and generated)
 MAX_ROWS = 2**31 - 1
 
 
@@ -128,15 +133,13 @@ class DynamicFunction(SignedFunction):
         if rows > MAX_ROWS:
             raise self._error(f"a batch of {rows} rows is too large")
         builder = PlanBuilder(self.device.runtime.executor, rows)
-        if rows < BLOCK:
-            direct = self._blocks[1]
-            builder.add(direct, rows, staged=None)
-        else:
-            direct = self._blocks[BLOCK]
-            whole, left = divmod(rows, BLOCK)
-            if left:  # the last BLOCK rows, run apart; only the rows left are copied back
-                builder.add(direct, 1, staged=left)  # first: short launches can run at once
-            builder.add(direct, whole, staged=None)
+        sizes = [block for block in BLOCKS if block <= rows]
+        direct = self._blocks[sizes[0]]
+        whole, left = divmod(rows, sizes[0])
+        if left:  # the next block covers the last rows; only the rows left are copied back
+            block = sizes[1]
+            builder.add(self._blocks[block], -(-left // block), staged=left)
+        builder.add(direct, whole, staged=None)  # after: short launches first run at once
         key = ProgramKey(
             self._function.source_hash,
             input_signature((name, _entry(spec, rows)) for name, spec in self.signature.items()),
@@ -195,36 +198,62 @@ def compile_dynamic(
             f"{function.name} cannot take a dynamic {symbol}: {error}. Compile it for each "
             "size instead."
         ) from None
-    runtime = device.runtime
-    blocks = {}
-    for block in (BLOCK, 1):
-        program = bound[block]
-        kernel_list = generate_program(program, runtime.device.settings, name_prefix=f"b{block}")
-        try:
-            batched = batch_kernels(kernel_list, rows_of, set(program.bindings), block)
-        except BatchError as error:
-            raise TileUnsupported(
-                f"{function.name} cannot take a dynamic {symbol} on {device.id}: {error}"
-            ) from None
-        schedule = make_schedule(program, batched.kernel_list)
-        if any(plan.source is OutputSource.COPY for plan in schedule.outputs):
-            raise TileUnsupported(f"{function.name}: an output renamed to another buffer")
-        hal_device = runtime.device
-        try:
-            library = hal_device.compiler.build(batched.kernel_list, hal_device)
-            kernels = [
-                hal_device.executor.prepare(library, index)
-                for index in range(len(batched.kernel_list.kernels))
-            ]
-        except HalError as error:
-            raise build_error(error, f"{function.name} on {device.id}") from error
-        blocks[block] = Blocks(batched, program, schedule, library, kernels)
     inputs: dict[str, SymbolicSpec | SignatureEntry] = {
         name: value if isinstance(value, SymbolicSpec) else signature_entry(value)
         for name, value in ((n, named[n]) for n in function.inputs)
     }
+    blocks = {}
+    for block in BLOCKS:
+        entries = [(name, _entry(spec, block)) for name, spec in inputs.items()]
+        entries.append(("(batch)", ("batch", symbol, block)))  # not a static program's key
+        key = ProgramKey(
+            function.source_hash, input_signature(entries), device.id, device.runtime.fingerprint
+        )
+        try:
+            blocks[block] = _blocks(function.name, device, key, bound[block], rows_of, block)
+        except BatchError as error:
+            raise TileUnsupported(
+                f"{function.name} cannot take a dynamic {symbol} on {device.id}: {error}"
+            ) from None
     seconds = time.perf_counter() - start
     return DynamicFunction(function, device, symbol, inputs, blocks, seconds)
+
+
+def _blocks(
+    label: str,
+    device: Device,
+    key: ProgramKey,
+    program: BoundProgram,
+    rows: frozenset[str],
+    block: int,
+) -> Blocks:
+    """The kernels of `program` (bound for one block) over any number of blocks, from tile's
+    disk cache or generated, built and stored."""
+    hal_device = device.runtime.device
+    tensors = set(program.bindings)
+    stored = store.load_program(key, hal_device) if debug.dump_directory() is None else None
+    try:
+        if stored is not None:
+            kernel_list, schedule, library = stored
+            batched = batch_kernels(kernel_list, rows, tensors, block, rewrite=False)
+        else:
+            settings = hal_device.settings
+            if block > 1:  # the blocks keep the cores busy: no parallelism within a block
+                settings = replace(settings, goal_groups=1)
+            kernel_list = generate_program(program, settings, name_prefix=f"b{block}")
+            batched = batch_kernels(kernel_list, rows, tensors, block)
+            schedule = make_schedule(program, batched.kernel_list)
+            if any(plan.source is OutputSource.COPY for plan in schedule.outputs):
+                raise TileUnsupported(f"{label}: an output renamed to another buffer")
+            library = hal_device.compiler.build(batched.kernel_list, hal_device)
+            store.save_program(key, hal_device, batched.kernel_list, schedule, library)
+        kernels = [
+            hal_device.executor.prepare(library, index)
+            for index in range(len(batched.kernel_list.kernels))
+        ]
+    except HalError as error:
+        raise build_error(error, f"{label} on {device.id}") from error
+    return Blocks(batched, program, schedule, library, kernels)
 
 
 def _rows_of(entry: SignatureEntry, spec: SymbolicSpec) -> int | None:
