@@ -37,7 +37,8 @@ from tile.errors import (
     TileWarning,
 )
 from tile.runtime.api import Device, Tensor, device, devices
-from tile.runtime.compiled import CompiledFunction, load, spec
+from tile.runtime.bundles import load
+from tile.runtime.compiled import CompiledFunction, spec
 from tile.runtime.gradient import GradientFunction, gradient, value_and_grad
 from tile.runtime.invoke import Function, Invocation, Invoker, run
 

@@ -5,17 +5,23 @@ clearly at compile time; calls with inputs off the compiled signature are clear 
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import zipfile
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
 
 import tile
+from tests.conftest import REPO
 from tests.shipped import SHIPPED, require_opencl
 from tile.lower.batch import BLOCKS
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from pathlib import Path
 
 # Batch sizes at the edges of every block (B - 1, B, B + 1, 2B, 2B + 1), primes, a large one.
 SIZES = sorted(
@@ -303,3 +309,82 @@ def test_rows_left_over_in_place_or_staged(
         assert np.abs(got - want).max() <= TOLERANCE * (1 + np.abs(want).max()), rows
         kinds = {type(kernel).__name__ for kernel in compiled._plan(rows).kernels}
         assert ("_Viewed" in kinds) == views and ("_RangeCopy" in kinds) != views, kinds
+
+
+BUNDLE_SCRIPT = """
+import sys
+if sys.argv[1] == "load":
+    sys.modules["lark"] = None  # importing Lark now fails
+import numpy as np
+import tile
+mode, device, path = sys.argv[1:4]
+source = "function (X[N, K], W[K, M]) -> (Y) { T[n, m: N, M] = +(X[n, k] * W[k, m]); Y = tanh(T); }"
+w = np.random.default_rng(1).standard_normal((19, 11)).astype(np.float32)
+if mode == "save":
+    compiled = tile.Function(source).compile(X=tile.spec(("N", 19)), W=w, device=device)
+    compiled.save(path)
+else:
+    compiled = tile.load(path)
+    assert type(compiled).__name__ == "DynamicFunction" and compiled.device.id == device
+outputs = {}
+for rows in (1, 7, 30, 100):
+    x = np.random.default_rng(rows).standard_normal((rows, 19)).astype(np.float32)
+    outputs[str(rows)] = compiled(X=x, W=w)["Y"].to_numpy()
+np.savez(path + "." + mode + ".npz", **outputs)
+print("lark" in sys.modules and sys.modules["lark"] is not None)
+"""
+
+
+def test_a_dynamic_bundle_runs_in_another_process_without_lark(tmp_path: Path, device: str) -> None:
+    path = tmp_path / "dense.tileb"
+
+    def run(mode: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-c", BUNDLE_SCRIPT, mode, device, str(path)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    run("save")
+    assert run("load") == "False"  # Lark was never imported
+    saved, loaded = np.load(f"{path}.save.npz"), np.load(f"{path}.load.npz")
+    assert set(saved) == set(loaded) == {"1", "7", "30", "100"}
+    for rows in saved:
+        assert np.array_equal(saved[rows], loaded[rows]), rows  # identical, bit for bit
+    header = json.loads(zipfile.ZipFile(path).read("bundle.json"))
+    assert header["dynamic"] == {"symbol": "N", "blocks": list(BLOCKS)}
+
+
+def test_a_damaged_dynamic_bundle_is_refused(tmp_path: Path) -> None:
+    source = "function (X[N, C]) -> (O) { O = X + 1; }"
+    path = tile.Function(source).compile(X=tile.spec(("N", 3))).save(tmp_path / "d.tileb")
+    with zipfile.ZipFile(path) as bundle:
+        members = {name: bundle.read(name) for name in bundle.namelist()}
+    members["code.6.bin"] = members["code.6.bin"][:-1] + b"?"
+    with zipfile.ZipFile(path, "w") as bundle:
+        for name, data in members.items():
+            bundle.writestr(name, data)
+    with pytest.raises(tile.TileBundleError, match=r"code\.6\.bin does not match its checksum"):
+        tile.load(path)
+
+
+def test_a_second_compile_comes_from_the_disk_cache(
+    device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each block size's kernels are kept in tile's disk cache: compiling the same dynamic
+    function again (as a new process would) builds nothing, and runs the same."""
+    source = "function (X[N, C], G[C]) -> (O) { O = exp(X) * G + 3; }"
+    g = np.arange(5, dtype=np.float32)
+    first = tile.Function(source).compile(X=tile.spec(("N", 5)), G=g, device=device)
+    builds = _no_builds(monkeypatch, device)
+    second = tile.Function(source).compile(X=tile.spec(("N", 5)), G=g, device=device)
+    assert not builds and second is not first
+    for rows in (1, 8, 31):
+        x = _rng(rows).standard_normal((rows, 5)).astype(np.float32)
+        want = first(X=x, G=g)["O"].to_numpy()
+        assert np.array_equal(second(X=x, G=g)["O"].to_numpy(), want)
+        assert np.allclose(want, np.exp(x) * g + 3, rtol=1e-5)

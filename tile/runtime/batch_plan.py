@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from hal.interfaces import Buffer, Event, Executor, Kernel, Library
-    from tile.bind.program import BoundProgram
     from tile.lower.batch import BatchedList
     from tile.runtime.cache import ProgramKey
 
@@ -35,7 +34,7 @@ class Blocks:
     """The kernels of one block size, built and prepared."""
 
     batched: BatchedList
-    bound: BoundProgram
+    rows: frozenset[str]  # the program's tensors whose first axis is the batch
     schedule: Schedule
     library: Library
     kernels: list[Kernel]
@@ -213,9 +212,8 @@ class PlanBuilder:
         return CompiledProgram(key, kernel_list, direct.library, self.kernels, schedule, 0.0)
 
     def _input_dims(self, direct: Blocks, plan: OutputPlan) -> tuple[int, ...]:
-        binding = direct.bound.input_bindings[plan.input]
-        dims = tuple(binding.shape.dims)  # type: ignore[union-attr]
-        return (self.rows, *dims[1:]) if dims and dims[0] == direct.batched.block else dims
+        dims = tuple(plan.shape.dims)  # the input's, at one block
+        return (self.rows, *dims[1:]) if plan.input in direct.rows else dims
 
 
 def _with_rows(shape: TensorShape, rows: int) -> TensorShape:

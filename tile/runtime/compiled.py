@@ -10,16 +10,19 @@ A bundle is one zip file, self-describing:
 - `bundle.json`: the format, tile's version, the function's name and Tile text (for the
   reader; never parsed again), its inputs in order with their signature entries, its
   outputs' shapes and dtypes, the device it was compiled for (id, description, settings,
-  `code_identity`: driver, CPU model and features) and the sha256 of the two other members;
+  `code_identity`: driver, CPU model and features) and the sha256 of every other member;
 - `plan.pickle`: the kernel list and the schedule (read by `tile.runtime.store.loads`, which
   builds IR classes only);
 - `code.bin`: the device code (`hal.Compiler.export`: an object file for llvm_cpu, OpenCL C
   for OpenCL).
 
-`load(path, device=None)` needs neither the parser (Lark is not imported) nor LLVM's
-optimiser: it checks the members' checksums, restores the device code (`Compiler.restore`,
-which refuses a CPU without the features the code uses, with the reason) and prepares the
-kernels. `device=None` means the device id the bundle was compiled for.
+`tile.load(path, device=None)` (`tile.runtime.bundles`) needs neither the parser (Lark is not
+imported) nor LLVM's optimiser: it checks the members' checksums, restores the device code
+(`Compiler.restore`, which refuses a CPU without the features the code uses, with the reason)
+and prepares the kernels. `device=None` means the device id the bundle was compiled for. A
+`DynamicFunction`'s bundle (`tile.runtime.dynamic`) is the same with a `dynamic` entry in its
+header, a plan per block size and a `code.<block>.bin` member per block size; this module
+holds the reading and writing both kinds share.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import json
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -53,6 +56,8 @@ if TYPE_CHECKING:
     import os
     from collections.abc import Mapping
 
+    from hal.interfaces import Kernel, Library
+    from semtree.kernel import KernelList
     from tile.runtime.api import Device, DeviceLike, DTypeLike, InputValue
     from tile.runtime.cache import SignatureEntry
 
@@ -203,56 +208,90 @@ class CompiledFunction(SignedFunction):
             raise TileUnsupported(f"{self.device.id} cannot save compiled code: {error}") from None
         plan = store.dumps((program.kernel_list, program.schedule))
         header = {
-            "format": BUNDLE_FORMAT,
-            "tile": __version__,
             "name": self.name,
             "source": self.source,
             "inputs": [[name, list(_jsonable(entry))] for name, entry in self.signature.items()],
             "outputs": {
                 name: [list(dims), dtype.str] for name, (dims, dtype) in self.outputs.items()
             },
-            "device": {
-                "id": self.device.id,
-                "description": self.device.description,
-                "settings": self.device.runtime.fingerprint,
-                "code_identity": hal_device.code_identity,
-            },
-            "sha256": {"plan.pickle": _digest(plan), "code.bin": _digest(code)},
         }
-        target = Path(path)
-        temporary = target.with_name(f".{target.name}.tmp")
-        with zipfile.ZipFile(temporary, "w", zipfile.ZIP_DEFLATED) as bundle:
-            bundle.writestr("bundle.json", json.dumps(header, indent=1, sort_keys=True))
-            bundle.writestr("plan.pickle", plan)
-            bundle.writestr("code.bin", code)
-        temporary.replace(target)
-        return target
+        return write_bundle(path, header, self.device, {"plan.pickle": plan, "code.bin": code})
 
     def __repr__(self) -> str:
         inputs = ", ".join(f"{name}: {_show(entry)}" for name, entry in self.signature.items())
         return f"<CompiledFunction {self.name}({inputs}) on {self.device.id}>"
 
 
-def load(path: str | os.PathLike[str], device: DeviceLike = None) -> CompiledFunction:
-    """A bundle `CompiledFunction.save` wrote, ready to run on `device` (None: the device it
-    was compiled for). Raises TileBundleError for a file that is not a sound bundle,
-    TileUnsupported when its code cannot run on the device (another backend, a CPU without
-    the features it uses)."""
-    header, plan, code = _read(Path(path))
+def write_bundle(
+    path: str | os.PathLike[str], header: dict, device: Device, members: dict[str, bytes]
+) -> Path:
+    """Write a bundle: `header` (with the format, tile's version, the device and each
+    member's sha256 added) as `bundle.json`, then `members`; atomically. Returns the path."""
+    hal_device = device.runtime.device
+    header = {
+        **header,
+        "format": BUNDLE_FORMAT,
+        "tile": __version__,
+        "device": {
+            "id": device.id,
+            "description": device.description,
+            "settings": device.runtime.fingerprint,
+            "code_identity": hal_device.code_identity,
+        },
+        "sha256": {name: _digest(data) for name, data in members.items()},
+    }
+    target = Path(path)
+    temporary = target.with_name(f".{target.name}.tmp")
+    with zipfile.ZipFile(temporary, "w", zipfile.ZIP_DEFLATED) as bundle:
+        bundle.writestr("bundle.json", json.dumps(header, indent=1, sort_keys=True))
+        for name, data in members.items():
+            bundle.writestr(name, data)
+    temporary.replace(target)
+    return target
+
+
+def read_bundle(path: Path) -> tuple[dict, dict[str, bytes]]:
+    """A bundle's header and members, each member checked against its checksum."""
+    try:
+        with zipfile.ZipFile(path) as bundle:
+            header = json.loads(bundle.read("bundle.json"))
+            if not isinstance(header, dict) or header.get("format") != BUNDLE_FORMAT:
+                found = header.get("format") if isinstance(header, dict) else None
+                raise TileBundleError(
+                    f"{path}: bundle format {found!r}, this tile reads {BUNDLE_FORMAT}"
+                )
+            sums = header.get("sha256")
+            if not isinstance(sums, dict) or not sums:
+                raise TileBundleError(f"{path}: the bundle lists no members")
+            members = {name: bundle.read(name) for name in sums}
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
+        raise TileBundleError(f"{path} is not a tile bundle: {error}") from None
+    for name, data in members.items():
+        if sums[name] != _digest(data):
+            raise TileBundleError(f"{path}: {name} does not match its checksum (damaged)")
+    return header, members
+
+
+def bundle_device(path: Path, header: dict, device: DeviceLike) -> Device:
+    """The device a bundle runs on (None: the one it was compiled for), if it runs that
+    device's kind of code."""
     recorded = header["device"]
     target = resolve(recorded["id"] if device is None else device)
-    hal_device = target.runtime.device
     backend = str(recorded.get("code_identity") or "").partition(" ")[0]
-    here = str(hal_device.code_identity or "").partition(" ")[0]
+    here = str(target.runtime.device.code_identity or "").partition(" ")[0]
     if backend != here:
         raise TileUnsupported(
             f"{path} holds {backend or 'unknown'} code, compiled for {recorded['id']} "
             f"({recorded['description']}); {target.id} ({target.description}) runs {here} code"
         )
-    try:
-        kernel_list, schedule = store.loads(plan)
-    except ValueError as error:
-        raise TileBundleError(f"{path}: {error}") from None
+    return target
+
+
+def restore_code(
+    path: Path, header: dict, target: Device, kernel_list: KernelList, code: bytes
+) -> tuple[Library, list[Kernel]]:
+    """The library of a bundle's code on `target`, and its kernels prepared."""
+    recorded, hal_device = header["device"], target.runtime.device
     try:
         library = hal_device.compiler.restore(kernel_list, code, hal_device)
         kernels = [
@@ -268,6 +307,26 @@ def load(path: str | os.PathLike[str], device: DeviceLike = None) -> CompiledFun
             f"{path} was compiled for {recorded['id']} ({recorded['description']}), whose code "
             f"{target.id} ({target.description}) cannot load: {error}"
         ) from None
+    return library, kernels
+
+
+def load_plan(path: Path, data: bytes) -> Any:
+    """A bundle's pickled plan (tile's IR classes only: `store.loads`)."""
+    try:
+        return store.loads(data)
+    except ValueError as error:
+        raise TileBundleError(f"{path}: {error}") from None
+
+
+def load_compiled(
+    path: Path, header: dict, members: dict[str, bytes], device: DeviceLike
+) -> CompiledFunction:
+    """The `CompiledFunction` of a bundle `CompiledFunction.save` wrote."""
+    if "plan.pickle" not in members or "code.bin" not in members:
+        raise TileBundleError(f"{path}: the bundle has no plan.pickle or code.bin")
+    target = bundle_device(path, header, device)
+    kernel_list, schedule = load_plan(path, members["plan.pickle"])
+    library, kernels = restore_code(path, header, target, kernel_list, members["code.bin"])
     inputs = tuple((name, _entry_from_json(entry)) for name, entry in header["inputs"])
     key = ProgramKey(
         source_hash(header["source"]),
@@ -277,23 +336,6 @@ def load(path: str | os.PathLike[str], device: DeviceLike = None) -> CompiledFun
     )
     program = CompiledProgram(key, kernel_list, library, kernels, schedule, 0.0)
     return CompiledFunction(header["name"], header["source"], target, inputs, program)
-
-
-def _read(path: Path) -> tuple[dict, bytes, bytes]:
-    try:
-        with zipfile.ZipFile(path) as bundle:
-            header = json.loads(bundle.read("bundle.json"))
-            plan, code = bundle.read("plan.pickle"), bundle.read("code.bin")
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
-        raise TileBundleError(f"{path} is not a tile bundle: {error}") from None
-    if not isinstance(header, dict) or header.get("format") != BUNDLE_FORMAT:
-        found = header.get("format") if isinstance(header, dict) else None
-        raise TileBundleError(f"{path}: bundle format {found!r}, this tile reads {BUNDLE_FORMAT}")
-    sums = header.get("sha256", {})
-    for name, data in (("plan.pickle", plan), ("code.bin", code)):
-        if sums.get(name) != _digest(data):
-            raise TileBundleError(f"{path}: {name} does not match its checksum (damaged)")
-    return header, plan, code
 
 
 def _digest(data: bytes) -> str:

@@ -28,26 +28,35 @@ from collections import OrderedDict
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from hal.errors import HalError
-from tile.errors import TileBindError, TileError, TileUnsupported, diagnostic
-from tile.lower.batch import BLOCKS, BatchError, batch_kernels
-from tile.lower.generate import generate_program
-from tile.lower.schedule import OutputSource, make_schedule
-from tile.lower.separable import NotSeparable, batch_tensors
+from tile.errors import TileBindError, TileBundleError, TileError, TileUnsupported, diagnostic
+from tile.lower.batch import BLOCKS, BatchedList, BatchError, batch_kernels
 from tile.runtime import debug, store
 from tile.runtime.batch_plan import Blocks, PlanBuilder
-from tile.runtime.cache import ProgramKey, input_signature, tensor_entry
-from tile.runtime.compiled import SignedFunction, SymbolicSpec, signature_entry
+from tile.runtime.cache import ProgramKey, input_signature, source_hash, tensor_entry
+from tile.runtime.compiled import (
+    SignedFunction,
+    SymbolicSpec,
+    _entry_from_json,
+    _jsonable,
+    bundle_device,
+    load_plan,
+    restore_code,
+    signature_entry,
+    write_bundle,
+)
 from tile.runtime.device import build_error
 from tile.runtime.launch import Invocation, launch
 
 if TYPE_CHECKING:
+    import os
     from collections.abc import Mapping
-
-    import numpy as np
+    from pathlib import Path
 
     from tile.bind.program import BoundProgram
-    from tile.runtime.api import Device, InputValue, Tensor
+    from tile.runtime.api import Device, DeviceLike, InputValue, Tensor
     from tile.runtime.cache import SignatureEntry
     from tile.runtime.execute import CompiledProgram
     from tile.runtime.invoke import Function
@@ -63,20 +72,22 @@ class DynamicFunction(SignedFunction):
 
     def __init__(
         self,
-        function: Function,
+        name: str,
+        source: str,
+        digest: str,
         device: Device,
         symbol: str,
         inputs: dict[str, SymbolicSpec | SignatureEntry],
         blocks: dict[int, Blocks],
         compile_seconds: float,
     ) -> None:
-        self.name = function.name
-        self.source = function.source
+        self.name = name
+        self.source = source
         self.device = device
         self.symbol = symbol  # the batch dimension's name
         self.signature = inputs  # input name -> SymbolicSpec, or its fixed signature entry
         self.compile_seconds = compile_seconds
-        self._function = function
+        self._source_hash = digest  # tile.runtime.cache.source_hash of the source
         self._blocks = blocks
         self._plans: OrderedDict[int, CompiledProgram] = OrderedDict()
         self._lock = threading.Lock()
@@ -141,12 +152,49 @@ class DynamicFunction(SignedFunction):
             builder.add(self._blocks[block], -(-left // block), staged=left)
         builder.add(direct, whole, staged=None)  # after: short launches first run at once
         key = ProgramKey(
-            self._function.source_hash,
+            self._source_hash,
             input_signature((name, _entry(spec, rows)) for name, spec in self.signature.items()),
             self.device.id,
             self.device.runtime.fingerprint,
         )
         return builder.program(key, direct)
+
+    # ---- bundles ----------------------------------------------------------------------------
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write a bundle (`tile.runtime.compiled`, with a `dynamic` entry in its header and
+        one code member per block size) to `path`, atomically; `tile.load` reads it."""
+        hal_device = self.device.runtime.device
+        members, plans = {}, {}
+        for block, blocks in self._blocks.items():
+            try:
+                members[f"code.{block}.bin"] = hal_device.compiler.export(blocks.library)
+            except HalError as error:
+                raise TileUnsupported(
+                    f"{self.device.id} cannot save compiled code: {error}"
+                ) from None
+            batched = blocks.batched
+            meta = (
+                dict(batched.block_elements),
+                sorted(batched.private),
+                sorted(batched.batched_kernels),
+                sorted(blocks.rows),
+            )
+            plans[block] = (batched.kernel_list, blocks.schedule, meta)
+        members["plan.pickle"] = store.dumps(plans)
+        inputs = [
+            [name, {"rest": list(spec.rest), "dtype": spec.dtype.str}]
+            if isinstance(spec, SymbolicSpec)
+            else [name, _jsonable(spec)]
+            for name, spec in self.signature.items()
+        ]
+        header = {
+            "name": self.name,
+            "source": self.source,
+            "inputs": inputs,
+            "dynamic": {"symbol": self.symbol, "blocks": sorted(self._blocks, reverse=True)},
+        }
+        return write_bundle(path, header, self.device, members)
 
     def __repr__(self) -> str:
         shown = []
@@ -164,6 +212,8 @@ def compile_dynamic(
 ) -> DynamicFunction:
     """Compile `function` for every size of its one symbolic batch dimension (module
     docstring). `named`: the inputs, the symbolic ones as `SymbolicSpec`s."""
+    from tile.lower.separable import NotSeparable, batch_tensors  # the compiler, when it is used
+
     start = time.perf_counter()
     symbols = {spec.name for spec in named.values() if isinstance(spec, SymbolicSpec)}
     if len(symbols) != 1:
@@ -216,7 +266,16 @@ def compile_dynamic(
                 f"{function.name} cannot take a dynamic {symbol} on {device.id}: {error}"
             ) from None
     seconds = time.perf_counter() - start
-    return DynamicFunction(function, device, symbol, inputs, blocks, seconds)
+    return DynamicFunction(
+        function.name,
+        function.source,
+        function.source_hash,
+        device,
+        symbol,
+        inputs,
+        blocks,
+        seconds,
+    )
 
 
 def _blocks(
@@ -229,6 +288,9 @@ def _blocks(
 ) -> Blocks:
     """The kernels of `program` (bound for one block) over any number of blocks, from tile's
     disk cache or generated, built and stored."""
+    from tile.lower.generate import generate_program
+    from tile.lower.schedule import OutputSource, make_schedule
+
     hal_device = device.runtime.device
     tensors = set(program.bindings)
     stored = store.load_program(key, hal_device) if debug.dump_directory() is None else None
@@ -253,7 +315,7 @@ def _blocks(
         ]
     except HalError as error:
         raise build_error(error, f"{label} on {device.id}") from error
-    return Blocks(batched, program, schedule, library, kernels)
+    return Blocks(batched, rows, schedule, library, kernels)
 
 
 def _rows_of(entry: SignatureEntry, spec: SymbolicSpec) -> int | None:
@@ -275,3 +337,38 @@ def _show(entry: SignatureEntry) -> str:
     from tile.runtime.compiled import _show as show
 
     return show(entry)
+
+
+def load_dynamic(
+    path: Path, header: dict, members: dict[str, bytes], device: DeviceLike
+) -> DynamicFunction:
+    """The `DynamicFunction` of a bundle `DynamicFunction.save` wrote."""
+    target = bundle_device(path, header, device)
+    try:
+        dynamic = header["dynamic"]
+        symbol, sizes = str(dynamic["symbol"]), [int(block) for block in dynamic["blocks"]]
+        plans = load_plan(path, members["plan.pickle"])
+        blocks = {}
+        for block in sizes:
+            kernel_list, schedule, (elements, private, indexes, rows) = plans[block]
+            code = members[f"code.{block}.bin"]
+            library, kernels = restore_code(path, header, target, kernel_list, code)
+            batched = BatchedList(
+                kernel_list, block, dict(elements), frozenset(private), frozenset(indexes)
+            )
+            blocks[block] = Blocks(batched, frozenset(rows), schedule, library, kernels)
+        inputs: dict[str, SymbolicSpec | SignatureEntry] = {}
+        for name, entry in header["inputs"]:
+            if isinstance(entry, dict):
+                rest = tuple(int(dim) for dim in entry["rest"])
+                inputs[name] = SymbolicSpec(symbol, rest, np.dtype(entry["dtype"]))
+            else:
+                inputs[name] = _entry_from_json(entry)
+    except (KeyError, TypeError, ValueError) as error:
+        raise TileBundleError(f"{path}: not a sound dynamic bundle ({error!r})") from None
+    if sorted(blocks, reverse=True) != list(BLOCKS):
+        raise TileBundleError(f"{path}: blocks {sizes}; this tile runs blocks {list(BLOCKS)}")
+    digest = source_hash(header["source"])
+    return DynamicFunction(
+        header["name"], header["source"], digest, target, symbol, inputs, blocks, 0.0
+    )
