@@ -388,3 +388,12 @@ def test_a_second_compile_comes_from_the_disk_cache(
         want = first(X=x, G=g)["O"].to_numpy()
         assert np.array_equal(second(X=x, G=g)["O"].to_numpy(), want)
         assert np.allclose(want, np.exp(x) * g + 3, rtol=1e-5)
+
+
+def test_a_batch_too_large_to_index_is_refused_before_allocating() -> None:
+    compiled = tile.Function("function (X[N, C]) -> (O) { O = X * 2; }").compile(
+        X=tile.spec(("N", 1 << 20))
+    )
+    assert compiled.output_shapes(2047)["O"][0] == (2047, 1 << 20)
+    with pytest.raises(tile.TileOutOfMemory, match="2\\^31"):
+        compiled.output_shapes(2048)  # 2^31 elements: the plan is refused, nothing allocated

@@ -30,12 +30,11 @@ from typing import TYPE_CHECKING
 
 from semtree.kernel import Direction, KernelInfo, KernelKind, KernelList, KernelParam
 from semtree.nodes import Declare, For, Lookup, Node, c_identifier, rewrite, walk
-from tile.errors import TileOutOfMemory
 from tile.lower.contract import accumulator_dtype, generate_group, lane_split
 from tile.lower.flatten import flatten
 from tile.lower.fuse import PlanKind, plan_program
 from tile.lower.gpu.generate import generate_gpu_group, uses_gpu_kernels
-from tile.lower.kernel import INDEX_LIMIT, ProgramContext, product
+from tile.lower.kernel import ProgramContext, check_size, product
 from tile.lower.pack import float_copy, float_output, pack_operand
 from tile.lower.rows import RowRun, generate_run, row_runs
 from tile.lower.special import generate_prng, generate_scatter
@@ -46,7 +45,6 @@ from tile.lower.vector import generate_vector_contraction
 if TYPE_CHECKING:
     from semtree.kernel import HardwareSettings
     from semtree.nodes import Function
-    from semtree.types import TensorShape
     from tile.bind.program import BoundProgram
     from tile.lower.contract import GeneratedBody
     from tile.lower.flat import FlatContraction
@@ -66,7 +64,7 @@ def generate_program(
     """The kernels computing `bound` on a device described by `settings`."""
     plan = plan_program(bound)
     for buffer, shape in plan.shapes.items():
-        _check_size(buffer, shape)
+        check_size(buffer, shape)
     context = ProgramContext(bound.bindings, plan.buffer_of, plan.shapes)
     prefix = c_identifier(name_prefix)
     kernels: list[KernelInfo] = []
@@ -210,19 +208,6 @@ def _row_info(
         key=key,
         comments=f"row-fused: {len(run.plans)} steps per row\n{steps}",
     )
-
-
-def _check_size(buffer: str, shape: TensorShape) -> None:
-    """Generated code indexes elements with 32-bit integers: a larger buffer (input, output or
-    temporary) is TileOutOfMemory, on every device, before any kernel is generated."""
-    if shape.size >= INDEX_LIMIT:
-        raise TileOutOfMemory(
-            f"it has {shape.size} elements, and generated code indexes at most 2^31 - 1",
-            tensor=buffer,
-            shape=tuple(shape.dims),
-            dtype=shape.dtype.value,
-            nbytes=shape.nbytes,
-        )
 
 
 def _info(

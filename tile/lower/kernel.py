@@ -39,6 +39,7 @@ from semtree.nodes import (
 )
 from semtree.types import DType, Type
 from tile.bind.program import ConstBinding, OpKind, TensorBinding
+from tile.errors import TileOutOfMemory
 from tile.lower.flatten import row_major
 from tile.lower.ops import GenerateError, Typed, apply, constant, convert
 
@@ -104,6 +105,19 @@ def conjunction(conditions: Sequence[Expr]) -> Expr | None:
     if not conditions:
         return None
     return sb.and_(*conditions).node
+
+
+def check_size(buffer: str, shape: TensorShape) -> None:
+    """Generated code indexes elements with 32-bit integers: a larger buffer (input, output or
+    temporary) is TileOutOfMemory, on every device, before any kernel is generated."""
+    if shape.size >= INDEX_LIMIT:
+        raise TileOutOfMemory(
+            f"it has {shape.size} elements, and generated code indexes at most 2^31 - 1",
+            tensor=buffer,
+            shape=tuple(shape.dims),
+            dtype=shape.dtype.value,
+            nbytes=shape.nbytes,
+        )
 
 
 def product(values: Iterable[int]) -> int:

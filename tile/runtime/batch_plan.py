@@ -180,6 +180,12 @@ class PlanBuilder:
         self.kernels.append(kernel)
 
     def program(self, key: ProgramKey, direct: Blocks) -> CompiledProgram:
+        """The plan: a program over the slots laid out; TileOutOfMemory for a buffer the
+        kernels cannot index (2^31 elements or more), before anything is allocated."""
+        from tile.lower.kernel import check_size  # the lowering's limit, where it applies
+
+        for name, shape in self.shapes.items():
+            check_size(name, shape)
         outputs = []
         for plan in direct.schedule.outputs:
             shape = plan.shape
