@@ -278,7 +278,8 @@ def test_long_rows_summed_in_partial_sums(device: str) -> None:
     private copy per row (tile.lower.batch)."""
     source = "function (X[N, C]) -> (O) { O[n: N] = +(X[n, c]); }"
     compiled = tile.Function(source).compile(X=tile.spec(("N", 1 << 20)), device=device)
-    assert compiled._blocks[1].batched.private  # the case this test is for
+    if tile.device(device).runtime.device.settings.threads == 1:  # CPU kernels split rows
+        assert compiled._blocks[1].batched.private  # the case this test is for
     for rows in (1, 3):
         x = _rng(rows).standard_normal((rows, 1 << 20)).astype(np.float32)
         got = compiled(X=x)["O"].to_numpy()
@@ -325,7 +326,8 @@ if mode == "save":
     compiled.save(path)
 else:
     compiled = tile.load(path)
-    assert type(compiled).__name__ == "DynamicFunction" and compiled.device.id == device
+    assert type(compiled).__name__ == "DynamicFunction"
+    assert compiled.device is tile.device(device), compiled.device
 outputs = {}
 for rows in (1, 7, 30, 100):
     x = np.random.default_rng(rows).standard_normal((rows, 19)).astype(np.float32)
