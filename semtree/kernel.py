@@ -260,8 +260,8 @@ class HardwareSettings:
     vector_loops: bool = False  # write elementwise tiles as vectors (tile.lower.widen)
     # Float16 products of the register-tiled kernel computed from float32 copies of their
     # operands, each made once by a kernel first, and through a float32 result where that
-    # gives the kernel wider vectors (tile.lower.pack): a device without half arithmetic
-    # (llvm_cpu; OpenCL without cl_khr_fp16, where half loads are scalar code).
+    # gives the kernel wider vectors (tile.lower.pack): CPU devices (llvm_cpu; OpenCL CPU
+    # drivers, whose half loads are scalar code, or whose half arithmetic is slow).
     half_as_float: bool = False
 
     def __post_init__(self) -> None:
@@ -349,7 +349,10 @@ class HardwareSettings:
         global_mem_cacheline_size: int = 0,
         extensions: Iterable[str] = (),
     ) -> HardwareSettings:
-        """The OpenCL CPU preset (e.g. PoCL): one work-item per group, global operands."""
+        """The OpenCL CPU preset (e.g. PoCL): one work-item per group, global operands.
+        float16 is computed in float32, loaded and stored as half, even where the driver has
+        cl_khr_fp16 (Intel's CPU runtime): its half arithmetic is 5-8x slower than float32
+        there, and the results are then those of llvm_cpu and PoCL."""
         vec = 1
         while vec * 2 <= min(8, preferred_vector_width_float):
             vec *= 2
@@ -365,8 +368,8 @@ class HardwareSettings:
             goal_flops_per_byte=16,
             goal_dim_sizes=tuple(max_work_item_sizes),  # type: ignore[arg-type]
             max_work_group_size=max_work_group_size,
-            native_fp16="cl_khr_fp16" in enabled,
+            native_fp16=False,
             fp64="cl_khr_fp64" in enabled,
             vector_loops=vec > 1,
-            half_as_float="cl_khr_fp16" not in enabled,
+            half_as_float=True,
         )

@@ -261,20 +261,23 @@ def test_opencl_gpu_preset() -> None:
 
 
 def test_opencl_cpu_preset() -> None:
-    def preset(width: int) -> HardwareSettings:
+    def preset(width: int, extensions: tuple[str, ...] = ("cl_khr_fp64",)) -> HardwareSettings:
         return HardwareSettings.opencl_cpu(
             max_work_group_size=4096,
             max_work_item_sizes=(4096, 4096, 4096),
             max_compute_units=2,
             preferred_vector_width_float=width,
-            extensions=["cl_khr_fp64"],
+            extensions=extensions,
         )
 
     settings = preset(16)
     assert settings.threads == 1 and settings.vec_size == 8 and settings.use_global
     assert (settings.max_mem, settings.max_regs, settings.goal_flops_per_byte) == (32768, 1536, 16)
-    assert settings.fp64 and not settings.native_fp16
+    assert settings.fp64 and not settings.native_fp16 and settings.half_as_float
     assert preset(4).vec_size == 4 and preset(3).vec_size == 2
+    # A CPU driver with half arithmetic (Intel's) still computes float16 in float32.
+    with_half = preset(16, ("cl_khr_fp16",))
+    assert not with_half.native_fp16 and with_half.half_as_float and not with_half.fp64
 
 
 def test_settings_fingerprint() -> None:
