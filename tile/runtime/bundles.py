@@ -12,7 +12,7 @@ from tile.runtime.dynamic import load_dynamic
 if TYPE_CHECKING:
     import os
 
-    from tile.runtime.api import DeviceLike
+    from tile.runtime.api import Device, DeviceLike  # noqa: F401 (pdoc resolves DeviceLike here)
     from tile.runtime.compiled import CompiledFunction
     from tile.runtime.dynamic import DynamicFunction
 
