@@ -197,9 +197,11 @@ def integer_arithmetic(op: BinOp, left: Text, right: Text, type_: Type, helpers:
             name = division_helper(op, type_, helpers)
             width = type_.vec_width
             return call(name, [broadcast(left, width), broadcast(right, width)], type_)
-        case BinOp.SHL:
-            return _shift_left(left, shift_count(right, type_), type_)
-        case BinOp.SHR:
+        case BinOp.SHL | BinOp.SHR:
+            # OpenCL C shifts a vector by a scalar, not a scalar by a vector: widen the left.
+            left = broadcast(left, type_.vec_width)
+            if op is BinOp.SHL:
+                return _shift_left(left, shift_count(right, type_), type_)
             return _plain(op, left, shift_count(right, type_), type_)
         case BinOp.AND | BinOp.OR | BinOp.XOR:
             return _plain(op, left, right, type_)
