@@ -83,7 +83,9 @@ class PlanBuilder:
         # In place: the last rows of the call's own buffers, through views, when the backend
         # makes views at their offset; else staging buffers and copies.
         views: dict[str, tuple[int, int]] = {}  # buffer -> (offset, bytes) of its view
-        in_place = staged is not None and self._views_fit(blocks, count)
+        in_place = staged is not None and self._views_fit(
+            blocks, count, program_inputs | output_buffers
+        )
         for name, shape in kernel_list.shapes.items():
             is_rows = name in batched.block_elements and name not in batched.private
             if name in batched.private:
@@ -131,29 +133,18 @@ class PlanBuilder:
             rows = count * shape.dims[0]
             self._copy(name, stage, target, (rows - staged, self.rows - staged, staged), shape)
 
-    def _views_fit(self, blocks: Blocks, count: int) -> bool:
-        """Whether every batched input and output of `blocks` has a view at its last
-        `count` blocks' rows."""
+    def _views_fit(self, blocks: Blocks, count: int, program_buffers: set[str]) -> bool:
+        """Whether every batched input and output of `blocks` (among `program_buffers`) has
+        a view at its last `count` blocks' rows."""
         if not self.executor.makes_views:
             return False
         batched = blocks.batched
         shapes = batched.kernel_list.shapes
-        for name in batched.block_elements:
-            if name not in batched.private and name not in self._temporary_names(blocks):
-                offset, _ = self._last_rows(shapes[name], count)
-                if offset % self.executor.buffer_alignment:
-                    return False
+        for name in batched.block_elements.keys() & program_buffers:
+            offset, _ = self._last_rows(shapes[name], count)
+            if offset % self.executor.buffer_alignment:
+                return False
         return True
-
-    @staticmethod
-    def _temporary_names(blocks: Blocks) -> set[str]:
-        kernel_list = blocks.batched.kernel_list
-        outputs = {
-            blocks.schedule.slot_names[plan.slot]
-            for plan in blocks.schedule.outputs
-            if plan.source is OutputSource.KERNEL
-        }
-        return set(kernel_list.shapes) - set(kernel_list.inputs) - outputs
 
     def _last_rows(self, shape: TensorShape, count: int) -> tuple[int, int]:
         """(offset, bytes) of the call's last `count` blocks of a batched buffer whose one
@@ -168,9 +159,10 @@ class PlanBuilder:
         one block is `shape`."""
         row_bytes = shape.nbytes // shape.dims[0]
         first, to, count = (row * row_bytes for row in rows)
-        copy = _RangeCopy(self.executor, f"copy_{len(self.steps)}", first, to, count)
-        info = copy.info_for(self.names[target], self.names[source], self.shapes)
-        self._step(copy, info, (target, source))
+        info = _copy_info(
+            f"copy_{len(self.steps)}", self.names[target], self.names[source], self.shapes, count
+        )
+        self._step(_RangeCopy(self.executor, info, first, to, count), info, (target, source))
 
     def _step(self, kernel: Kernel, info: KernelInfo, params: tuple[int, ...]) -> None:
         reads, writes = {}, {}
@@ -248,29 +240,14 @@ class _Launch:
         return self.kernel.run(params, deps, profile=profile, batch=self.count)
 
 
-class _Bodiless:
-    """A ZERO or COPY kernel over batched buffers: whole buffers of the call's size."""
-
-    def __init__(self, executor: Executor, info: KernelInfo, size: int) -> None:
-        self.executor = executor
-        self.info = info
-        self.size = size
-
-    def run(
-        self, params: Sequence[Buffer], deps: Sequence[Event] = (), *, profile: bool = False
-    ) -> Event:
-        if self.info.kind is KernelKind.ZERO:
-            return self.executor.fill_zero(params[0], deps)
-        return self.executor.copy(params[1], 0, params[0], 0, self.size, deps)
-
-
 def _over_blocks(
     executor: Executor, kernel: Kernel, info: KernelInfo, count: int, size: int
 ) -> Kernel:
-    """`kernel` launched over `count` blocks; a bodiless one over `size` bytes."""
+    """`kernel` launched over `count` blocks; a COPY (the one bodiless kind batched) copies
+    `size` bytes: the blocks of the call, not the one block it was generated for."""
     if info.body is not None:
         return _Launch(kernel, info, count)  # type: ignore[return-value]
-    return _Bodiless(executor, info, size)  # type: ignore[return-value]
+    return _RangeCopy(executor, info, 0, 0, size)  # type: ignore[return-value]
 
 
 class _Viewed:
@@ -294,28 +271,33 @@ class _Viewed:
         return self.kernel.run(buffers, deps, profile=profile)
 
 
+def _copy_info(
+    name: str, target: str, source: str, shapes: Mapping[str, TensorShape], size: int
+) -> KernelInfo:
+    """The COPY kernel a plan shows for a copy of `size` bytes from `source` to `target`."""
+    params = tuple(
+        KernelParam(buffer, direction, shapes[buffer].dtype, shapes[buffer].dims)
+        for buffer, direction in ((target, Direction.OUT), (source, Direction.IN))
+    )
+    return KernelInfo(name, KernelKind.COPY, params, (0, 0, 0), (0, 0, 0), None, 0, 2 * size)
+
+
 class _RangeCopy:
     """Bytes [source_offset, + size) of one buffer into another at target_offset."""
 
     def __init__(
-        self, executor: Executor, name: str, source_offset: int, target_offset: int, size: int
+        self,
+        executor: Executor,
+        info: KernelInfo,
+        source_offset: int,
+        target_offset: int,
+        size: int,
     ) -> None:
         self.executor = executor
-        self.name = name
+        self.info = info
         self.source_offset = source_offset
         self.target_offset = target_offset
         self.size = size
-        self.info: KernelInfo | None = None
-
-    def info_for(self, target: str, source: str, shapes: Mapping[str, TensorShape]) -> KernelInfo:
-        params = tuple(
-            KernelParam(name, direction, shapes[name].dtype, shapes[name].dims)
-            for name, direction in ((target, Direction.OUT), (source, Direction.IN))
-        )
-        self.info = KernelInfo(
-            self.name, KernelKind.COPY, params, (0, 0, 0), (0, 0, 0), None, 0, 2 * self.size
-        )
-        return self.info
 
     def run(
         self, params: Sequence[Buffer], deps: Sequence[Event] = (), *, profile: bool = False

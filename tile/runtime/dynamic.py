@@ -41,6 +41,7 @@ from tile.runtime.compiled import (
     SymbolicSpec,
     _entry_from_json,
     _jsonable,
+    _show,
     bundle_device,
     load_plan,
     restore_code,
@@ -331,12 +332,6 @@ def _entry(spec: SymbolicSpec | SignatureEntry, rows: int) -> SignatureEntry:
     if isinstance(spec, SymbolicSpec):
         return tensor_entry(spec.dtype, (rows, *spec.rest))
     return spec
-
-
-def _show(entry: SignatureEntry) -> str:
-    from tile.runtime.compiled import _show as show
-
-    return show(entry)
 
 
 def load_dynamic(
