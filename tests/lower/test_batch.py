@@ -18,7 +18,7 @@ from tests.lower.harness import LLVM_CPU, SCALAR, tiled
 from tests.reference import poison, run_kernel
 from tile.lower.batch import BatchError, batch_kernels
 from tile.lower.generate import generate_program
-from tile.lower.separable import NotSeparable, batch_tensors
+from tile.lower.separable import NotSeparable, batch_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -91,7 +91,7 @@ def _bind(name: str, rows: int) -> tile.bind.program.BoundProgram:  # type: igno
 
 def _batched(name: str, settings: HardwareSettings, block: int) -> BatchedList:
     sizes = (1, 7, block) if block not in (1, 7) else (1, 7)
-    rows = batch_tensors([_bind(name, size) for size in sizes], sizes)
+    rows = batch_of([_bind(name, size) for size in sizes], sizes).rows
     bound = _bind(name, block)
     kernel_list = generate_program(bound, settings)
     return batch_kernels(kernel_list, rows, set(bound.bindings), block)
@@ -155,7 +155,7 @@ def test_generated_buffers_of_batched_kernels_are_private_per_block() -> None:
     source = "function (X[M, N]) -> (O) { O[m: M] = +(X[m, n]); }"
     sizes = (1, 2)
     bound = [tile.Function(source).bind({"X": tile.spec((n, 1 << 20))}) for n in sizes]
-    rows = batch_tensors(bound, sizes)
+    rows = batch_of(bound, sizes).rows
     kernel_list = generate_program(bound[0], LLVM_CPU)
     batched = batch_kernels(kernel_list, rows, set(bound[0].bindings), 1)
     assert rows == {"X", "O"}
@@ -171,11 +171,15 @@ def test_a_batched_kernel_may_not_write_a_tensor_without_the_batch() -> None:
         batch_kernels(kernel_list, {"X"}, set(bound.bindings), 4)
 
 
+REDUCE = "function (X[N, C]) -> (O) { O[c: C] = +(X[n, c]); }"
+
+
 @pytest.mark.parametrize(
     ("source", "reason"),
     [
-        ("function (X[N, C]) -> (O) { O[c: C] = +(X[n, c]); }", "reduces over the batch"),
-        ("function (X[N, C]) -> (O) { O = X / N; }", "depends on the batch size"),
+        (REDUCE, None),
+        ("function (X[N, C]) -> (O) { O = X / N; }", None),
+        ("function (X[N, C]) -> (O) { O = X / (N + 1); }", "other than as N"),
         ("function (X[N, C]) -> (O) { O[c, n: C, N] = =(X[n, c]); }", "only\nthrough"),
         ("function (X[N, C]) -> (O) { O[n, c: N, C] = =(X[n, 0]); }", None),
         (
@@ -183,14 +187,19 @@ def test_a_batched_kernel_may_not_write_a_tensor_without_the_batch() -> None:
             None,
         ),
         ("function (X[N, C]) -> (O) { O[n: N] = +(X[n, c]), n < 3; }", "constrains"),
+        ("function (X[N, C]) -> (O) { O[c: C] = +(X[n, c]), n < 3; }", "constrains"),
+        ("function (X[N, C]) -> (O) { O[c: C] = +(X[n, c] * X[m, c]); }", "same single"),
+        ("function (X[N, C]) -> (O) { O[c: C] = +(X[2 * n, c]); }", "same single"),
         ("function (X[N, C], Y[C]) -> (O) { O[n, c: N, C] = +(X[n, c] * Y[n]); }", "off"),
+        ("function (X[N, C], Y[C]) -> (O) { O[c: C] = +(X[n, c] * Y[n]); }", "off"),
+        ("function (X[N, C]) -> (O) { O[c: C] = +(X[n, n]); }", "off"),
         ("function (X[N, C]) -> (O) { O = index(X, 0); }", "'index'"),
         ("function (X[N, C]) -> (O) { O = index(X, 1); }", None),
         ("function (X[N, C]) -> (O) { O = reshape(X, N, C, 1); }", None),
     ],
 )
 def test_separable_programs(source: str, reason: str | None) -> None:
-    """Which programs run block by block (None) and the reason of each refusal."""
+    """Which programs run over any batch (None) and the reason of each refusal."""
     sizes = (1, 7, 16)
     if "Y[C]" in source:
         bound = [
@@ -200,8 +209,11 @@ def test_separable_programs(source: str, reason: str | None) -> None:
     else:
         bound = [tile.Function(source).bind({"X": tile.spec((n, 4))}) for n in sizes]
     if reason is None:
-        assert "X" in batch_tensors(bound, sizes)
+        batch = batch_of(bound, sizes)
+        assert "X" in batch.rows
+        assert batch.reductions == ({"O"} if source == REDUCE else set())
+        assert len(batch.values) == ("/ N" in source)
         return
     with pytest.raises(NotSeparable) as error:
-        batch_tensors(bound, sizes)
+        batch_of(bound, sizes)
     assert all(part in str(error.value) for part in reason.split("\n")), str(error.value)

@@ -1,7 +1,8 @@
 """Dynamic batch dimensions (`tile.runtime.dynamic`, issue 13 item 3): a function compiled once
 with `tile.spec(("N", ...))` runs every batch size with no further compilation, every result
-right against a float64 numpy reference; programs whose rows depend on other rows are refused
-clearly at compile time; calls with inputs off the compiled signature are clear errors."""
+right against a float64 numpy reference, reductions over the batch and the batch size as a
+value included; programs whose rows depend on other rows otherwise are refused clearly at
+compile time; calls with inputs off the compiled signature are clear errors."""
 
 from __future__ import annotations
 
@@ -57,28 +58,26 @@ def _conv(x: np.ndarray, k: np.ndarray) -> np.ndarray:
     return np.tensordot(windows, k, axes=([4, 5, 3], [0, 1, 2]))
 
 
-# name: (Tile source, symbolic input, its other dims, fixed inputs' shapes, reference)
-WORKLOADS: dict[str, tuple[str, str, tuple[int, ...], dict[str, tuple[int, ...]], Callable]] = {
+# name: (Tile source, symbolic inputs' other dims, fixed inputs' shapes, reference)
+Shapes = dict[str, tuple[int, ...]]
+WORKLOADS: dict[str, tuple[str, Shapes, Shapes, Callable]] = {
     "matmul": (
         "function (A[M, K], B[K, N]) -> (O) { O[m, n: M, N] = +(A[m, k] * B[k, n]); }",
-        "A",
-        (45,),
+        {"A": (45,)},
         {"B": (45, 33)},
         lambda a, b: a @ b,
     ),
     "matmul_bias_relu": (
         "function (A[M, K], B[K, N], C[N]) -> (O) {"
         " T[m, n: M, N] = +(A[m, k] * B[k, n]); O = relu(T + C); }",
-        "A",
-        (64,),
+        {"A": (64,)},
         {"B": (64, 48), "C": (48,)},
         lambda a, b, c: np.maximum(a @ b + c, 0),
     ),
     "batched_matmul": (
         "function (A[B, M, K], X[B, K, N]) -> (O) {"
         " O[b, m, n: B, M, N] = +(A[b, m, k] * X[b, k, n]); }",
-        "A X",
-        (9, 17),  # A's other dims; X's are (17, 5)
+        {"A": (9, 17), "X": (17, 5)},
         {},
         lambda a, x: a @ x,
     ),
@@ -86,73 +85,103 @@ WORKLOADS: dict[str, tuple[str, str, tuple[int, ...], dict[str, tuple[int, ...]]
         "function (I[N, H, W, CI], K[KH, KW, CI, CO]) -> (O) {"
         " O[n, x, y, co: N, H - KH + 1, W - KW + 1, CO] ="
         " +(I[n, x + i, y + j, ci] * K[i, j, ci, co]); }",
-        "I",
-        (9, 8, 5),
+        {"I": (9, 8, 5)},
         {"K": (3, 3, 5, 7)},
         _conv,
     ),
     "softmax": (
         "function (X[M, N]) -> (O) { MX[m, 0: M, 1] = >(X[m, n]); E = exp(X - MX);"
         " S[m, 0: M, 1] = +(E[m, n]); O = E / S; }",
-        "X",
-        (300,),
+        {"X": (300,)},
         {},
         _softmax,
     ),
     "layernorm": (
         "function (X[M, N]) -> (O) { S[m, 0: M, 1] = +(X[m, n]); MU = S / N; D = X - MU;"
         " V[m, 0: M, 1] = +(D[m, n] * D[m, n]); O = D / sqrt(V / N + 0.00001); }",
-        "X",
-        (77,),
+        {"X": (77,)},
         {},
         _layernorm,
     ),
     "row_max_8x7": (
         "function (X[M, N]) -> (O) { O[m: M] = >(X[m, n]); }",
-        "X",
-        (7,),
+        {"X": (7,)},
         {},
         lambda x: x.max(axis=1),
     ),
     "maxpool": (
         "function (I[N, H, W, C]) -> (O) {"
         " O[n, x, y, c: N, H / 2, W / 2, C] = >(I[n, 2 * x + i, 2 * y + j, c]), i < 2, j < 2; }",
-        "I",
-        (6, 4, 3),
+        {"I": (6, 4, 3)},
         {},
         lambda inp: inp.reshape(inp.shape[0], 3, 2, 2, 2, 3).max(axis=(2, 4)),
     ),
     "elementwise": (
         "function (X[N, C], G[C]) -> (O) { O = tanh(X) * G + 1; }",
-        "X",
-        (19,),
+        {"X": (19,)},
         {"G": (19,)},
         lambda x, g: np.tanh(x) * g + 1,
+    ),
+    # Reductions over the batch (tile.lower.stages), and the batch size as a value.
+    "batchnorm": (
+        "function (X[N, C]) -> (O) { S[c: C] = +(X[n, c]); MU = S / N; D = X - MU;"
+        " V[c: C] = +(D[n, c] * D[n, c]); O = D / sqrt(V / N + 0.00001); }",
+        {"X": (21,)},
+        {},
+        lambda x: (x - x.mean(axis=0)) / np.sqrt(x.var(axis=0) + 1e-5),
+    ),
+    "weight_gradient": (
+        "function (X[N, I], D[N, J]) -> (O) { O[i, j: I, J] = +(X[n, i] * D[n, j]); }",
+        {"X": (37,), "D": (18,)},
+        {},
+        lambda x, d: x.T @ d,
+    ),
+    "conv_weight_gradient": (
+        "function (I[N, H, W, CI], D[N, X, Y, CO]) -> (O) {"
+        " O[i, j, ci, co: 3, 3, CI, CO] = +(I[n, x + i, y + j, ci] * D[n, x, y, co]); }",
+        {"I": (5, 4, 3), "D": (3, 2, 4)},
+        {},
+        lambda i, d: np.einsum("nxyijc,nxyo->ijco", _windows(i, 3, 3), d),
+    ),
+    "column_min_square": (
+        "function (X[N, C], G[C]) -> (O) { O[c: C] = <(X[n, c] * X[n, c]); }",
+        {"X": (29,)},
+        {"G": (29,)},
+        lambda x, g: (x * x).min(axis=0),
+    ),
+    "scaled_by_batch": (
+        "function (X[N, C]) -> (O) { O = X / N + N; }",
+        {"X": (6,)},
+        {},
+        lambda x: x / len(x) + len(x),
     ),
 }
 
 
+def _windows(x: np.ndarray, kh: int, kw: int) -> np.ndarray:
+    """x[n, a + i, b + j, c] at [n, a, b, i, j, c] (valid windows of a channels-last image)."""
+    return np.lib.stride_tricks.sliding_window_view(x, (kh, kw), axis=(1, 2)).transpose(
+        0, 1, 2, 4, 5, 3
+    )
+
+
 def _inputs(name: str, rows: int, seed: int) -> dict[str, np.ndarray]:
-    _, symbolic, rest, fixed, _ = WORKLOADS[name]
+    _, symbolic, fixed, _ = WORKLOADS[name]
     rng = _rng(seed)
     values = {key: rng.standard_normal(shape).astype(np.float32) for key, shape in fixed.items()}
-    if name == "batched_matmul":
-        values["A"] = rng.standard_normal((rows, 9, 17)).astype(np.float32)
-        values["X"] = rng.standard_normal((rows, 17, 5)).astype(np.float32)
-        return values
-    values[symbolic] = rng.standard_normal((rows, *rest)).astype(np.float32)
+    for key, rest in symbolic.items():
+        values[key] = rng.standard_normal((rows, *rest)).astype(np.float32)
     return values
 
 
 def _specs(name: str) -> dict[str, object]:
-    _, symbolic, rest, fixed, _ = WORKLOADS[name]
+    _, symbolic, fixed, _ = WORKLOADS[name]
     rng = _rng(0)
     specs: dict[str, object] = {
         key: rng.standard_normal(shape).astype(np.float32) for key, shape in fixed.items()
     }
-    if name == "batched_matmul":
-        return {"A": tile.spec(("B", 9, 17)), "X": tile.spec(("B", 17, 5))}
-    specs[symbolic] = tile.spec(("N", *rest))
+    symbol = "B" if name == "batched_matmul" else "N"
+    specs.update({key: tile.spec((symbol, *rest)) for key, rest in symbolic.items()})
     return specs
 
 
@@ -173,7 +202,7 @@ def _no_builds(monkeypatch: pytest.MonkeyPatch, device: str) -> list[str]:
 def test_one_compile_serves_every_batch_size(
     device: str, name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    source, _, _, _, reference = WORKLOADS[name]
+    source, _, _, reference = WORKLOADS[name]
     function = tile.Function(source)
     specs = _specs(name)
     compiled = function.compile(device=device, **specs)
@@ -191,7 +220,7 @@ def test_one_compile_serves_every_batch_size(
 
 def test_fifty_batch_sizes_without_compiling(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 13's acceptance: 50 batch sizes in 1..1000 from one compile, every result right."""
-    source, _, _, _, reference = WORKLOADS["matmul_bias_relu"]
+    source, _, _, reference = WORKLOADS["matmul_bias_relu"]
     specs = _specs("matmul_bias_relu")
     function = tile.Function(source)
     compiled = function.compile(device=device, **specs)
@@ -229,11 +258,13 @@ def test_unbatched_outputs_and_inputs_returned() -> None:
 
 
 REFUSED = {
-    "reduces over the batch": "function (X[N, C]) -> (O) { O[c: C] = +(X[n, c]); }",
+    "pairs of rows in a reduction": (
+        "function (X[N, C]) -> (O) { O[c: C] = +(X[n, c] * X[m, c]); }"
+    ),
+    "batch plus one as a value": "function (X[N, C]) -> (O) { O = X / (N + 1); }",
     "reads another row": (
         "function (X[N, C]) -> (O) { O[n, c: N, C] = +(X[n + 1, c]), n + 1 < N; }"
     ),
-    "batch as a value": "function (X[N, C]) -> (O) { O = X / N; }",
     "transposed batch": "function (X[N, C]) -> (O) { O[c, n: C, N] = =(X[n, c]); }",
     "grows the batch": "function (X[N, C]) -> (O) { O[i, c: 2 * N, C] = =(X[i / 2, c]); }",
     "index along the batch": "function (X[N, C]) -> (O) { O = index(X, 0); }",
@@ -279,7 +310,7 @@ def test_long_rows_summed_in_partial_sums(device: str) -> None:
     source = "function (X[N, C]) -> (O) { O[n: N] = +(X[n, c]); }"
     compiled = tile.Function(source).compile(X=tile.spec(("N", 1 << 20)), device=device)
     if tile.device(device).runtime.device.settings.threads == 1:  # CPU kernels split rows
-        assert compiled._blocks[1].batched.private  # the case this test is for
+        assert compiled._stages[0][1].batched.private  # the case this test is for
     for rows in (1, 3):
         x = _rng(rows).standard_normal((rows, 1 << 20)).astype(np.float32)
         got = compiled(X=x)["O"].to_numpy()
@@ -293,12 +324,14 @@ def test_rows_left_over_in_place_or_staged(
 ) -> None:
     """The rows left over run in place, through views of the call's buffers, where the backend
     makes views at their offset (rows of 32 floats: at every row, on every backend here),
-    else in staging buffers."""
+    else in staging buffers. R, made block by block, is read whole by the column mean (a
+    stage of its own) and again block by block after it."""
     executor = tile.device(device).runtime.device.executor
     monkeypatch.setattr(type(executor), "makes_views", views)
     source = (
         "function (A[M, K], B[K, N], C[N]) -> (O) {"
-        " T[m, n: M, N] = +(A[m, k] * B[k, n]); O = relu(T + C); }"
+        " T[m, n: M, N] = +(A[m, k] * B[k, n]); R = relu(T + C);"
+        " S[n: N] = +(R[m, n]); O = R - S / M; }"
     )
     b = _rng(1).standard_normal((32, 32)).astype(np.float32)
     c = _rng(2).standard_normal(32).astype(np.float32)
@@ -307,8 +340,9 @@ def test_rows_left_over_in_place_or_staged(
         a = _rng(rows).standard_normal((rows, 32)).astype(np.float32)
         got = compiled(A=a, B=b, C=c)["O"].to_numpy()
         want = np.maximum(a.astype(np.float64) @ b + c, 0)
+        want -= want.mean(axis=0)
         assert np.abs(got - want).max() <= TOLERANCE * (1 + np.abs(want).max()), rows
-        kinds = {type(kernel).__name__ for kernel in compiled._plan(rows).kernels}
+        kinds = {type(kernel).__name__ for kernel in compiled._plan(rows)[0].kernels}
         assert ("_Viewed" in kinds) == views and ("_RangeCopy" in kinds) != views, kinds
 
 
@@ -319,7 +353,10 @@ if sys.argv[1] == "load":
 import numpy as np
 import tile
 mode, device, path = sys.argv[1:4]
-source = "function (X[N, K], W[K, M]) -> (Y) { T[n, m: N, M] = +(X[n, k] * W[k, m]); Y = tanh(T); }"
+source = (
+    "function (X[N, K], W[K, M]) -> (Y) { T[n, m: N, M] = +(X[n, k] * W[k, m]); H = tanh(T);"
+    " S[m: M] = +(H[n, m]); Y = H - S / N; }"
+)
 w = np.random.default_rng(1).standard_normal((19, 11)).astype(np.float32)
 if mode == "save":
     compiled = tile.Function(source).compile(X=tile.spec(("N", 19)), W=w, device=device)
@@ -358,7 +395,10 @@ def test_a_dynamic_bundle_runs_in_another_process_without_lark(tmp_path: Path, d
     for rows in saved:
         assert np.array_equal(saved[rows], loaded[rows]), rows  # identical, bit for bit
     header = json.loads(zipfile.ZipFile(path).read("bundle.json"))
-    assert header["dynamic"] == {"symbol": "N", "blocks": list(BLOCKS)}
+    dynamic = header["dynamic"]
+    assert (dynamic["symbol"], dynamic["blocks"], dynamic["outputs"]) == ("N", list(BLOCKS), ["Y"])
+    assert len(dynamic["hidden"]) == 2 and "_rows" in dynamic["hidden"]  # N as a value, and rows
+    assert {"code.0.24.bin", "code.1.bin", "code.2.1.bin"} <= set(zipfile.ZipFile(path).namelist())
 
 
 def test_a_damaged_dynamic_bundle_is_refused(tmp_path: Path) -> None:
@@ -366,11 +406,11 @@ def test_a_damaged_dynamic_bundle_is_refused(tmp_path: Path) -> None:
     path = tile.Function(source).compile(X=tile.spec(("N", 3))).save(tmp_path / "d.tileb")
     with zipfile.ZipFile(path) as bundle:
         members = {name: bundle.read(name) for name in bundle.namelist()}
-    members["code.6.bin"] = members["code.6.bin"][:-1] + b"?"
+    members["code.0.6.bin"] = members["code.0.6.bin"][:-1] + b"?"
     with zipfile.ZipFile(path, "w") as bundle:
         for name, data in members.items():
             bundle.writestr(name, data)
-    with pytest.raises(tile.TileBundleError, match=r"code\.6\.bin does not match its checksum"):
+    with pytest.raises(tile.TileBundleError, match=r"code\.0\.6\.bin does not match its checksum"):
         tile.load(path)
 
 
@@ -399,3 +439,34 @@ def test_a_batch_too_large_to_index_is_refused_before_allocating() -> None:
     assert compiled.output_shapes(2047)["O"][0] == (2047, 1 << 20)
     with pytest.raises(tile.TileOutOfMemory, match="2\\^31"):
         compiled.output_shapes(2048)  # 2^31 elements: the plan is refused, nothing allocated
+
+
+def test_gradients_of_a_network_over_any_batch(
+    device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gradient of a two-layer network's mean squared output (`tile.gradient`) reduces
+    over the batch (weight gradients, a bias gradient, the mean's 1 / N): compiled once, it
+    is right at every batch size against numpy's float64 backward pass."""
+    network = tile.Function(
+        "function (X[N, I], W[I, H], B[H], V[H, O]) -> (L) {"
+        " T[n, h: N, H] = +(X[n, i] * W[i, h]); A = relu(T + B);"
+        " Y[n, o: N, O] = +(A[n, h] * V[h, o]); S[] = +(Y[n, o] * Y[n, o]); L = S / N; }"
+    )
+    gradient = tile.gradient(network, of="L", wrt=("W", "B", "V"))
+    rng = _rng(3)
+    w, b, v = (rng.standard_normal(shape).astype(np.float32) for shape in ((10, 16), 16, (16, 3)))
+    one = np.float32(1.0)
+    compiled = gradient.compile(X=tile.spec(("N", 10)), W=w, B=b, V=v, DL=one, device=device)
+    builds = _no_builds(monkeypatch, device)
+    for rows in (1, BLOCKS[1] + 1, BLOCKS[0], 2 * BLOCKS[0] + 5, 257):
+        x = _rng(rows).standard_normal((rows, 10)).astype(np.float32)
+        got = compiled(X=x, W=w, B=b, V=v, DL=one)
+        t = x.astype(np.float64) @ w + b
+        a = np.maximum(t, 0)
+        dy = 2 * (a @ v) / rows
+        dt = (dy @ v.T) * (t > 0)
+        want = {"DW": x.T @ dt, "DB": dt.sum(axis=0), "DV": a.T @ dy}
+        for name, expected in want.items():
+            scale = 1 + np.abs(expected).max()
+            assert np.abs(got[name].to_numpy() - expected).max() <= TOLERANCE * scale, (rows, name)
+    assert not builds

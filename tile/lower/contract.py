@@ -29,6 +29,10 @@ Lanes: a float `+`, `>` or `<` reduction whose innermost reduction variable `k` 
 remainder take a value. The lanes are independent, so the innermost loop vectorizes without
 reassociating floating-point operations, and the summation order is the same on every device
 that runs these kernels.
+
+Rows counted at run time (`RowLoop`: a reduction over a dynamic batch, generated for one row):
+the reduction loops run once per row, while `row` is below the count a 0-D tensor holds, and
+each load of a tensor read row by row moves by `row` times its elements per row.
 """
 
 from __future__ import annotations
@@ -53,12 +57,13 @@ from semtree.nodes import (
     Stmt,
     Store,
     Subscript,
+    While,
 )
 from semtree.types import DType, Type, TypeBase
 from tile.bind.program import OpKind
 from tile.lang.syntax import AggOp, CombOp
 from tile.lower.flatten import row_major
-from tile.lower.kernel import Grid, KernelWriter, affine, conjunction, fused_value, product
+from tile.lower.kernel import Grid, KernelWriter, RowLoop, affine, conjunction, fused_value, product
 from tile.lower.ops import (
     Typed,
     combine,
@@ -115,10 +120,13 @@ def generate_group(
     settings: HardwareSettings,
     tiles: Sequence[int],
     name: str,
+    *,
+    over_rows: RowLoop | None = None,
 ) -> GeneratedBody:
     """The kernel of a CONTRACTION or ELEMENTWISE plan; an elementwise one (no `flat`) on
-    vectors under `settings.vector_loops` where `tile.lower.widen` can write it so."""
-    generated = _GroupKernel(plan, flat, context, settings, tuple(tiles)).build(name)
+    vectors under `settings.vector_loops` where `tile.lower.widen` can write it so. With
+    `over_rows`, a contraction's reduction runs over rows counted at run time (above)."""
+    generated = _GroupKernel(plan, flat, context, settings, tuple(tiles), over_rows).build(name)
     if flat is None and settings.vector_loops:
         widened = widen(generated.body, settings.vec_size)
         if widened is not None:
@@ -134,6 +142,7 @@ class _GroupKernel:
         context: ProgramContext,
         settings: HardwareSettings,
         tiles: tuple[int, ...],
+        over_rows: RowLoop | None = None,
     ) -> None:
         self.plan = plan
         self.flat = flat
@@ -156,6 +165,8 @@ class _GroupKernel:
         self.lane_k, self.lanes = -1, 1  # the reduction variable split into lanes (above)
         self.lane_stop = 1  # lanes the step being written runs (fewer in the last step)
         self.lane_counter = self.lane = ""
+        self.over_rows = over_rows
+        self.row: Expr | None = None  # the row counter under `over_rows`
 
     # ---- structure -----------------------------------------------------------------------------
 
@@ -250,6 +261,8 @@ class _GroupKernel:
         counters = [self.writer.fresh(flat.names[k]) for k in reductions]
         for k, counter in zip(reductions, counters, strict=True):
             self.variables[k] = Load(Lookup(counter))
+        row = self.writer.fresh("row") if self.over_rows is not None else ""
+        self.row = Load(Lookup(row)) if row else None
         if self.lanes > 1:
             self.lane_counter, self.lane = counters[-1], self.writer.fresh("lane")
         outer_guards: list[FlatConstraint] = []
@@ -275,6 +288,11 @@ class _GroupKernel:
             if k == self.lane_k and tail is not None:
                 last = sb.block(sb.declare(Type.index(), counter, count), tail)
                 body = sb.block(body, last)
+        if self.over_rows is not None:  # the reduction once per row counted at run time
+            rows = self.writer.load(self.over_rows.count, IntConst(0)).expr
+            step = Store(Lookup(row), Binary(BinOp.ADD, Load(Lookup(row)), IntConst(1)))
+            loop = While(Binary(BinOp.LT, Load(Lookup(row)), rows), sb.block(body, step))
+            body = sb.block(sb.declare(Type.index(), row, IntConst(0)), loop)
         statements.append(body)
         if self.lanes > 1:
             statements.append(self.tile_loops("f", self.fold))
@@ -317,6 +335,8 @@ class _GroupKernel:
         hoistable = not checks and not self.inner_guards and self.lanes == 1
         for access in flat.operands:
             terms = [(s, self.variables[k]) for k, s in enumerate(access.strides) if s]
+            if self.row is not None and self.over_rows and access.tensor in self.over_rows.elements:
+                terms.append((self.over_rows.elements[access.tensor], self.row))
             value = self.writer.load(access.tensor, affine(terms, access.offset))
             used = [k for k in range(flat.outputs) if access.strides[k]]
             level = max((tile.levels[k] for k in used), default=0)

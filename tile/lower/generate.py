@@ -34,7 +34,7 @@ from tile.lower.contract import accumulator_dtype, generate_group, lane_split
 from tile.lower.flatten import flatten
 from tile.lower.fuse import PlanKind, plan_program
 from tile.lower.gpu.generate import generate_gpu_group, uses_gpu_kernels
-from tile.lower.kernel import ProgramContext, check_size, product
+from tile.lower.kernel import ProgramContext, RowLoop, check_size, product
 from tile.lower.pack import float_copy, float_output, pack_operand
 from tile.lower.rows import RowRun, generate_run, row_runs
 from tile.lower.special import generate_prng, generate_scatter
@@ -43,6 +43,8 @@ from tile.lower.tiles import choose_tiles
 from tile.lower.vector import generate_vector_contraction
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from semtree.kernel import HardwareSettings
     from semtree.nodes import Function
     from tile.bind.program import BoundProgram
@@ -186,6 +188,47 @@ def generate_program(
     )
 
 
+# The rows a reduction over a dynamic batch is tiled for: many, so that it gets the register
+# tiles of a long reduction.
+NOMINAL_ROWS = 256
+
+
+def generate_row_reduction(
+    bound: BoundProgram,
+    settings: HardwareSettings,
+    rows: Mapping[str, int],
+    count: str,
+    *,
+    name_prefix: str = "tile",
+) -> KernelList:
+    """The one kernel of `bound`, a program of one contraction bound for one row of a batch
+    that it reduces over (`tile.lower.separable`): it runs the reduction over every row, as
+    many as the 0-D INT32 tensor `count` holds, reading row r of each tensor of `rows` at r
+    times its elements per row (`tile.lower.contract.RowLoop`). The plain contraction kernel
+    of design 8.7, whatever the device's settings: no split, packing or vector fast path."""
+    plan = plan_program(bound)
+    for buffer, shape in plan.shapes.items():
+        check_size(buffer, shape)
+    if len(plan.kernels) != 1 or plan.kernels[0].contraction is None:
+        raise ValueError("generate_row_reduction takes a program of one contraction")
+    (kernel_plan,) = plan.kernels
+    context = ProgramContext(bound.bindings, plan.buffer_of, plan.shapes)
+    flat = flatten(kernel_plan.contraction, bound.bindings)
+    tiles = _tiles(kernel_plan, flat, settings, rows=NOMINAL_ROWS)
+    name = f"{c_identifier(name_prefix)}_0"
+    loop = RowLoop(count, dict(rows))
+    generated = generate_group(kernel_plan, flat, context, settings, tiles, name, over_rows=loop)
+    info = _info(name, kernel_plan, generated, flat, tiles, (1, 1, 1), context, {})
+    return KernelList(
+        kernels=(replace(info, comments=f"over the rows {count} counts\n{info.comments}"),),
+        shapes=dict(plan.shapes),
+        inputs=plan.inputs,
+        outputs=plan.outputs,
+        temporaries=tuple(plan.temporaries),
+        var_rewrites={},
+    )
+
+
 def _row_info(
     name: str,
     run: RowRun,
@@ -237,15 +280,21 @@ def _info(
 
 
 def _tiles(
-    plan: KernelPlan, flat: FlatContraction | None, settings: HardwareSettings
+    plan: KernelPlan,
+    flat: FlatContraction | None,
+    settings: HardwareSettings,
+    *,
+    rows: int = 1,
 ) -> tuple[int, ...]:
-    points = 1
+    """The tiles of a plan (`tile.lower.tiles`); `rows`: how many times the reduction runs
+    (a nominal count for rows counted at run time)."""
+    points = rows
     accumulator_bytes = 4
     lanes = 1
     crosswise = None
     streams = False
     if flat is not None and not flat.empty:
-        points = product(flat.ranges[k] for k in flat.reductions)
+        points = rows * product(flat.ranges[k] for k in flat.reductions)
         acc_dtype = accumulator_dtype(flat.dtype)
         accumulator_bytes = acc_dtype.itemsize
         lanes = lane_split(flat, (1,) * len(plan.shape), acc_dtype)[1]

@@ -127,6 +127,14 @@ def product(values: Iterable[int]) -> int:
     return total
 
 
+@dataclass(frozen=True, slots=True)
+class RowLoop:
+    """The rows a contraction reduces over, counted at run time (`tile.lower.contract`)."""
+
+    count: str  # the 0-D INT32 tensor holding the number of rows
+    elements: Mapping[str, int]  # tensor read row by row -> its elements per row
+
+
 class KernelWriter:
     """One kernel's parameters and local names."""
 

@@ -1,16 +1,25 @@
-"""Which tensors of a program carry a dynamic batch, and whether it can run block by block
+"""Which tensors of a program carry a dynamic batch, and how it runs over any number of rows
 (issue 13 item 3).
 
 A symbolic dimension (`tile.spec(("N", 128))`) must be the first axis of the inputs that
-name it. `batch_tensors` gets the program bound at several sizes of that axis (the same
-function, the same other inputs) and answers with the tensors whose first axis is the
-batch. It refuses (`NotSeparable`, naming the statement) a program whose rows depend on
-other rows, since that program cannot run on blocks of rows:
+name it. `batch_of` gets the program bound at several sizes of that axis (the same function,
+the same other inputs) and answers with a `Batch`:
+
+- `rows`: the tensors whose first axis is the batch (they run block by block);
+- `reductions`: the contractions that reduce over the batch (`S[c] = +(X[n, c])`, a weight
+  gradient `+(X[n, i] * D[n, j])`): each reads the batch at one index `n`, only as the first
+  axis of its batched operands, and writes a tensor without the batch; it runs once over all
+  the rows (`tile.lower.generate.generate_row_reduction`);
+- `values`: the constants that are N itself (`X / N`), which become 0-D tensors holding N.
+
+It refuses (`NotSeparable`, naming the statement) a program whose rows depend on other rows
+in any other way:
 
 - a dimension of any tensor that grows with N other than as the first axis, equal to N
-  (`2 * N`, `N - 2`, a transposed batch), or a constant that is N (`X / N`);
-- a contraction that reduces over the batch, or reads a batched operand at anything but its
-  output's batch index (`O[n] = +(X[n + 1])`), or constrains that index;
+  (`2 * N`, `N - 2`, a transposed batch), or a constant that depends on N but is not N;
+- a contraction that reads a batched operand at anything but its output's batch index
+  (`O[n] = +(X[n + 1])`), constrains that index, pairs two rows (`+(X[n, c] * X[m, c])`)
+  or reduces over the batch with a batched default;
 - an elementwise operation broadcasting a batched operand of lower rank (its first axis
   would meet another axis of the output);
 - `index` along the batch axis, `shape` of a batched tensor, `gather` from a batched tensor,
@@ -19,6 +28,7 @@ other rows, since that program cannot run on blocks of rows:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
@@ -28,18 +38,27 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from tile.bind.polynomial import Polynomial
-    from tile.bind.program import BoundContraction, BoundOp, BoundProgram
+    from tile.bind.program import BoundAccess, BoundContraction, BoundOp, BoundProgram
 
 
 class NotSeparable(Exception):  # noqa: N818 (a refusal the runtime reports as TileUnsupported)
     """The program cannot run block by block over its batch dimension."""
 
 
-def batch_tensors(programs: Sequence[BoundProgram], sizes: Sequence[int]) -> frozenset[str]:
-    """The tensors whose first axis is the batch, given the program bound with the batch
-    at each of `sizes` (at least two distinct sizes); raises NotSeparable (module docstring)."""
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """How a program's tensors and operations meet its batch (module docstring)."""
+
+    rows: frozenset[str]
+    reductions: frozenset[str] = frozenset()  # outputs of contractions over the batch
+    values: frozenset[str] = frozenset()  # constants equal to N
+
+
+def batch_of(programs: Sequence[BoundProgram], sizes: Sequence[int]) -> Batch:
+    """The batch of a program, given it bound with the batch at each of `sizes` (at least
+    two distinct sizes); raises NotSeparable (module docstring)."""
     if len(set(sizes)) < 2 or len(programs) != len(sizes):
-        raise ValueError("batch_tensors needs the program bound at two sizes or more")
+        raise ValueError("batch_of needs the program bound at two sizes or more")
     first = programs[0]
     shape = [(op.kind, op.output, op.inputs, op.fn) for op in first.ops]
     for program in programs[1:]:
@@ -47,19 +66,24 @@ def batch_tensors(programs: Sequence[BoundProgram], sizes: Sequence[int]) -> fro
             program.bindings
         ) != set(first.bindings):
             raise NotSeparable("the program's operations change with the batch size")
-    batched = set()
+    batched, values = set(), set()
     for name, binding in first.bindings.items():
         bindings = [program.bindings[name] for program in programs]
         if isinstance(binding, ConstBinding):
-            values = {b.value for b in bindings if isinstance(b, ConstBinding)}
-            if len(values) > 1 or not all(isinstance(b, ConstBinding) for b in bindings):
-                raise NotSeparable(f"'{name}' is a value that depends on the batch size")
+            if not all(isinstance(b, ConstBinding) for b in bindings):
+                raise NotSeparable(f"'{name}' is a value at one batch size and not at another")
+            found = [b.value for b in bindings if isinstance(b, ConstBinding)]
+            if found == list(sizes):
+                values.add(name)
+            elif len(set(found)) > 1:
+                raise NotSeparable(
+                    f"'{name}' is a value that depends on the batch size N other than as N"
+                )
             continue
         if _carries_batch(name, bindings, sizes):
             batched.add(name)
-    for op in programs[-1].ops:
-        _check_op(op, batched, programs[-1])
-    return frozenset(batched)
+    reductions = {op.output for op in programs[-1].ops if _check_op(op, batched, programs[-1])}
+    return Batch(frozenset(batched), frozenset(reductions), frozenset(values))
 
 
 def _carries_batch(name: str, bindings: Sequence[object], sizes: Sequence[int]) -> bool:
@@ -82,14 +106,14 @@ def _carries_batch(name: str, bindings: Sequence[object], sizes: Sequence[int]) 
     return True
 
 
-def _check_op(op: BoundOp, batched: set[str], program: BoundProgram) -> None:
+def _check_op(op: BoundOp, batched: set[str], program: BoundProgram) -> bool:
+    """Whether `op` is a reduction over the batch; NotSeparable if its rows meet otherwise."""
     reads = [name for name in op.inputs if name in batched]
     out_batched = op.output in batched
     where = f"'{op}'"
     if op.kind is OpKind.CONTRACTION:
         assert op.contraction is not None
-        _check_contraction(op.contraction, batched, where)
-        return
+        return _check_contraction(op.contraction, batched, where)
     if reads and not out_batched:
         raise NotSeparable(f"{where} combines the rows of the batch")
     if op.kind is OpKind.ELEMENTWISE:
@@ -99,14 +123,14 @@ def _check_op(op: BoundOp, batched: set[str], program: BoundProgram) -> None:
                 raise NotSeparable(
                     f"{where} broadcasts the batched '{name}' against a tensor of higher rank"
                 )
-        return
+        return False
     fn = op.fn
     if fn == "reshape" or (fn == "gather" and op.inputs[0] not in batched):
-        return
+        return False
     if fn == "index" and (not out_batched or op.params[:1] != (0,)):
-        return
+        return False
     if not reads and not out_batched:
-        return
+        return False
     raise NotSeparable(f"{where}: '{fn}' over the batch axis cannot run block by block")
 
 
@@ -115,15 +139,16 @@ def _rank(program: BoundProgram, name: str) -> int:
     return len(binding.shape.dims) if isinstance(binding, TensorBinding) else 0
 
 
-def _check_contraction(contraction: BoundContraction, batched: set[str], where: str) -> None:
+def _check_contraction(contraction: BoundContraction, batched: set[str], where: str) -> bool:
     output = contraction.output
     operands = [access for access in contraction.operands if access.tensor in batched]
     if contraction.default in batched and output.tensor not in batched:
-        raise NotSeparable(f"{where} combines the rows of the batch")
+        raise NotSeparable(f"{where} combines the rows of the batch into its default")
     if output.tensor not in batched:
         if operands:
-            raise NotSeparable(f"{where} reduces over the batch")
-        return
+            _check_reduction(contraction, operands, where)
+            return True
+        return False
     index = _single_index(output.polys[0])
     if index is None:
         raise NotSeparable(f"{where} writes the batch axis at {output.polys[0]}, not an index")
@@ -133,6 +158,28 @@ def _check_contraction(contraction: BoundContraction, batched: set[str], where: 
             raise NotSeparable(
                 f"{where} reads '{access.tensor}' at batch row {access.polys[0]}, not {index}"
             )
+        if any(poly.coeff(index) for poly in access.polys[first:]):
+            raise NotSeparable(f"{where} uses the batch index {index} off the batch axis")
+    if any(constraint.poly.coeff(index) for constraint in contraction.constraints):
+        raise NotSeparable(f"{where} constrains the batch index {index}")
+    return False
+
+
+def _check_reduction(
+    contraction: BoundContraction, operands: Sequence[BoundAccess], where: str
+) -> None:
+    """A contraction reducing over the batch reads every batched operand at one index `n`
+    in the first axis, and `n` nowhere else."""
+    indexes = {_single_index(access.polys[0]) for access in operands}
+    index = indexes.pop() if len(indexes) == 1 else None
+    if index is None:
+        shown = ", ".join(str(access.polys[0]) for access in operands)
+        raise NotSeparable(
+            f"{where} reads the batch at rows {shown}: a reduction over the batch must read "
+            "every batched operand at the same single index"
+        )
+    for access in contraction.access:
+        first = 1 if access in operands else 0
         if any(poly.coeff(index) for poly in access.polys[first:]):
             raise NotSeparable(f"{where} uses the batch index {index} off the batch axis")
     if any(constraint.poly.coeff(index) for constraint in contraction.constraints):

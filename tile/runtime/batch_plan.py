@@ -9,6 +9,9 @@ size. With `staged`, the blocks are made of the call's last rows, copied into st
 buffers first, and only the last `staged` rows of each output are copied back.
 Kernels that touch batched buffers launch over the blocks (`hal.Kernel.run(batch=...)`);
 ZERO and COPY kernels over batched buffers zero or copy whole buffers of the call's size.
+`PlanBuilder.add_once` lays out a `Reduction` (a stage of `tile.lower.stages` that reduces
+over the batch) over the call's whole buffers. Stages pass tensors by name: what one stage
+writes under a name, a later one reads.
 """
 
 from __future__ import annotations
@@ -40,12 +43,25 @@ class Blocks:
     kernels: list[Kernel]
 
 
-class PlanBuilder:
-    """The slots and steps of one call size (module docstring)."""
+@dataclass(slots=True)
+class Reduction:
+    """The kernel of a stage reducing over the batch, built and prepared."""
 
-    def __init__(self, executor: Executor, rows: int) -> None:
+    kernel_list: KernelList
+    rows: frozenset[str]  # the tensors it reads row by row
+    schedule: Schedule
+    library: Library
+    kernels: list[Kernel]
+
+
+class PlanBuilder:
+    """The slots and steps of one call size (module docstring); `call_inputs`: the names the
+    call gives (every other input of a stage is what an earlier stage wrote)."""
+
+    def __init__(self, executor: Executor, rows: int, call_inputs: frozenset[str]) -> None:
         self.executor = executor
         self.rows = rows
+        self.call_inputs = call_inputs
         self.names: list[str] = []
         self.slots: dict[str, int] = {}
         self.shapes: dict[str, TensorShape] = {}
@@ -93,8 +109,7 @@ class PlanBuilder:
                     prefix + name, _grown(shape, count, private=True), temporary=True
                 )
             elif name in program_inputs:
-                whole = self.slot(name, _with_rows(shape, self.rows) if is_rows else shape)
-                self.inputs[name] = slot_of[name] = whole
+                whole = slot_of[name] = self._input(name, shape, is_rows)
                 if is_rows and in_place:
                     views[name] = self._last_rows(shape, count)
                 elif is_rows and staged is not None:  # the input's last rows
@@ -132,6 +147,32 @@ class PlanBuilder:
             target = self.slot(name, _with_rows(shape, self.rows))
             rows = count * shape.dims[0]
             self._copy(name, stage, target, (rows - staged, self.rows - staged, staged), shape)
+
+    def add_once(self, reduction: Reduction) -> None:
+        """The kernel of `reduction` over the call's whole buffers, launched once."""
+        kernel_list = reduction.kernel_list
+        inputs = set(kernel_list.inputs)
+        prefix = f"p{self.parts}."
+        self.parts += 1
+        slot_of = {}
+        for name, shape in kernel_list.shapes.items():
+            if name in inputs:
+                slot_of[name] = self._input(name, shape, name in reduction.rows)
+            elif name in kernel_list.outputs:
+                slot_of[name] = self.slot(name, shape)
+            else:
+                slot_of[name] = self.slot(prefix + name, shape, temporary=True)
+        for index, info in enumerate(kernel_list.kernels):
+            params = tuple(slot_of[param.name] for param in info.params)
+            self._step(reduction.kernels[index], info, params)
+
+    def _input(self, name: str, shape: TensorShape, is_rows: bool) -> int:
+        """The slot of a stage's input: the call's, or what an earlier stage wrote; `shape`
+        at one block (of a batched input, `is_rows`)."""
+        slot = self.slot(name, _with_rows(shape, self.rows) if is_rows else shape)
+        if name in self.call_inputs:
+            self.inputs[name] = slot
+        return slot
 
     def _views_fit(self, blocks: Blocks, count: int, program_buffers: set[str]) -> bool:
         """Whether every batched input and output of `blocks` (among `program_buffers`) has
@@ -171,22 +212,29 @@ class PlanBuilder:
         self.steps.append(Step(len(self.kernels), params, tuple(reads), tuple(writes)))
         self.kernels.append(kernel)
 
-    def program(self, key: ProgramKey, direct: Blocks) -> CompiledProgram:
-        """The plan: a program over the slots laid out; TileOutOfMemory for a buffer the
-        kernels cannot index (2^31 elements or more), before anything is allocated."""
+    def program(
+        self,
+        key: ProgramKey,
+        library: Library,
+        made: Sequence[tuple[OutputPlan, Schedule, frozenset[str]]],
+    ) -> CompiledProgram:
+        """The plan: a program over the slots laid out, whose outputs are `made` (each
+        output's plan in the schedule of the stage making it, and that stage's batched
+        tensors); TileOutOfMemory for a buffer the kernels cannot index (2^31 elements or
+        more), before anything is allocated."""
         from tile.lower.kernel import check_size  # the lowering's limit, where it applies
 
         for name, shape in self.shapes.items():
             check_size(name, shape)
         outputs = []
-        for plan in direct.schedule.outputs:
+        for plan, stage_schedule, rows in made:
             shape = plan.shape
             if plan.source is OutputSource.INPUT:
                 source = self.shapes.get(plan.input)
-                dims = source.dims if source is not None else self._input_dims(direct, plan)
+                dims = source.dims if source is not None else self._input_dims(rows, plan)
                 outputs.append(replace(plan, shape=TensorShape(shape.dtype, dims)))
                 continue
-            buffer = direct.schedule.slot_names[plan.slot]
+            buffer = stage_schedule.slot_names[plan.slot]
             slot = self.slots[buffer]
             outputs.append(
                 OutputPlan(
@@ -207,11 +255,11 @@ class PlanBuilder:
             tuple(self.steps),
         )
         kernel_list = KernelList((), self.shapes, tuple(self.inputs), (), ())
-        return CompiledProgram(key, kernel_list, direct.library, self.kernels, schedule, 0.0)
+        return CompiledProgram(key, kernel_list, library, self.kernels, schedule, 0.0)
 
-    def _input_dims(self, direct: Blocks, plan: OutputPlan) -> tuple[int, ...]:
+    def _input_dims(self, rows: frozenset[str], plan: OutputPlan) -> tuple[int, ...]:
         dims = tuple(plan.shape.dims)  # the input's, at one block
-        return (self.rows, *dims[1:]) if plan.input in direct.rows else dims
+        return (self.rows, *dims[1:]) if plan.input in rows else dims
 
 
 def _with_rows(shape: TensorShape, rows: int) -> TensorShape:

@@ -137,7 +137,7 @@ class Function(FrontEndFunction):
         once for every size of that batch dimension (`tile.runtime.dynamic`)."""
         named = self.named_inputs(args, inputs)  # type: ignore[arg-type]
         if any(isinstance(value, SymbolicSpec) for value in named.values()):
-            from tile.runtime.dynamic import compile_dynamic
+            from tile.runtime.dynamic_compile import compile_dynamic
 
             return compile_dynamic(self, resolve(device), named)
         invoker = Invoker(self, named, device=device)  # type: ignore[arg-type]
