@@ -5,6 +5,8 @@ on the same device (inputs resident on the device; one call = the call plus wait
 output). Prints each median and dynamic / static; the target is at most 1.15x on matmul,
 conv and softmax. A second table times the dynamic function at batch sizes off the
 workload's (block edges and primes) against static functions compiled for those sizes.
+Two workloads of this file reduce over the batch (a batch norm and a weight gradient, which
+run in stages: tile.lower.stages).
 
 Run: `PYTHONPATH=. .venv/bin/python benchmarks/dynamic.py [--device ID ...] [--rounds N]`.
 Without `--device` it measures every device `tile.devices()` lists.
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -32,8 +35,41 @@ BATCHED = {
     "softmax_256x1024": ("X",),
     "layernorm_1024x1024": ("X",),
     "maxpool2x2_112x64": ("I",),
+    "batchnorm_1024x512": ("X",),
+    "weight_gradient_1024x512x512": ("X", "D"),
 }
 OFF_SIZES = {"matmul_512": (100, 257, 1000), "softmax_256x1024": (33, 257, 1000)}
+
+
+@dataclass(frozen=True)
+class Local:
+    """A workload of this file, shaped like those of workloads.py."""
+
+    name: str
+    tile: str
+    inputs: dict[str, tuple[int, ...]]
+    output: str
+
+    def make_inputs(self) -> dict[str, np.ndarray]:
+        random = np.random.default_rng(0)
+        return {k: random.standard_normal(s).astype(np.float32) for k, s in self.inputs.items()}
+
+
+REDUCING = (
+    Local(
+        "batchnorm_1024x512",
+        "function (X[N, C]) -> (Y) { S[c: C] = +(X[n, c]); MU = S / N; D = X - MU;"
+        " V[c: C] = +(D[n, c] * D[n, c]); Y = D / sqrt(V / N + 0.00001); }",
+        {"X": (1024, 512)},
+        "Y",
+    ),
+    Local(
+        "weight_gradient_1024x512x512",
+        "function (X[N, I], D[N, J]) -> (W) { W[i, j: I, J] = +(X[n, i] * D[n, j]); }",
+        {"X": (1024, 512), "D": (1024, 512)},
+        "W",
+    ),
+)
 
 
 def interleaved(calls: dict[str, object], rounds: int) -> dict[str, float]:
@@ -86,7 +122,7 @@ def main() -> None:
     sys.path.insert(0, str(BENCH))
     import workloads  # type: ignore[import-not-found]
 
-    chosen = [w for w in workloads.WORKLOADS if w.name in BATCHED]
+    chosen = [w for w in workloads.WORKLOADS if w.name in BATCHED] + list(REDUCING)
     devices = arguments.device or [device.id for device in tile.devices()]
     for device in devices:
         print(f"\n{device}: dynamic / static, interleaved medians")
