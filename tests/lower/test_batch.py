@@ -16,7 +16,7 @@ from semtree.kernel import HardwareSettings, KernelKind
 from semtree.nodes import IndexExpr, walk
 from tests.lower.harness import LLVM_CPU, SCALAR, tiled
 from tests.reference import poison, run_kernel
-from tile.lower.batch import BatchError, batch_kernels
+from tile.lower.batch import ROWS, BatchError, batch_kernels, clamps
 from tile.lower.generate import generate_program
 from tile.lower.separable import NotSeparable, batch_of
 
@@ -97,16 +97,20 @@ def _batched(name: str, settings: HardwareSettings, block: int) -> BatchedList:
     return batch_kernels(kernel_list, rows, set(bound.bindings), block)
 
 
-def _run(batched: BatchedList, inputs: dict[str, np.ndarray], count: int) -> dict:
-    """Run every kernel over `count` blocks in the reference interpreter."""
+def _run(batched: BatchedList, inputs: dict[str, np.ndarray], rows: int) -> dict:
+    """Run every kernel over the ceil(rows / block) blocks of `rows` rows (the last block
+    clamped) in the reference interpreter."""
     kernel_list = batched.kernel_list
-    buffers = {}
+    count = -(-rows // batched.block)
+    buffers = {ROWS: np.array(rows, np.int32)}
     for name, shape in kernel_list.shapes.items():
         dims = tuple(shape.dims)
         if name in batched.private:
             dims = (count, *dims)
         elif name in batched.block_elements:
-            dims = (count * dims[0], *dims[1:])
+            dims = (rows, *dims[1:])
+        if name == ROWS:
+            continue
         if name in kernel_list.inputs:
             buffers[name] = np.array(inputs[name], dtype=shape.dtype.numpy)
             assert buffers[name].shape == dims
@@ -137,16 +141,19 @@ def test_batched_kernels_run_over_any_number_of_blocks(
         if info.body is not None:
             assert any(isinstance(n, IndexExpr) and n.dim == 2 for n in walk(info.body))
     rng = np.random.default_rng(block)
-    for count in (1, 2, 5):
+    sizes = [count * block for count in (1, 2, 5)]  # whole blocks
+    sizes += [n for n in (2 * block + 1, 5 * block - 1) if clamps(batched, n)]  # clamped
+    if block > 1 and settings == "llvm_cpu":
+        assert len(sizes) == 5  # scalar accesses: any size may clamp
+    for rows in sizes:
         inputs = {
-            k: rng.standard_normal((count * block, *r)).astype(np.float32)
-            for k, r in batched_inputs.items()
+            k: rng.standard_normal((rows, *r)).astype(np.float32) for k, r in batched_inputs.items()
         }
         inputs.update({k: rng.standard_normal(s).astype(np.float32) for k, s in fixed.items()})
-        got = _run(batched, inputs, count)["O"]
+        got = _run(batched, inputs, rows)["O"]
         want = reference(*(inputs[k].astype(np.float64) for k in order))
         assert got.shape == want.shape
-        assert np.abs(got - want).max() <= 1e-4 * (1 + np.abs(want).max()), (count, settings)
+        assert np.abs(got - want).max() <= 1e-4 * (1 + np.abs(want).max()), (rows, settings)
 
 
 def test_generated_buffers_of_batched_kernels_are_private_per_block() -> None:

@@ -318,16 +318,20 @@ def test_long_rows_summed_in_partial_sums(device: str) -> None:
         assert np.abs(got - want).max() <= 1e-6 * np.abs(x).sum(axis=1).max(), rows
 
 
-@pytest.mark.parametrize("views", [True, False])
-def test_rows_left_over_in_place_or_staged(
-    device: str, views: bool, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("mode", ["clamped", "views", "staged"])
+def test_rows_left_over_clamped_in_place_or_staged(
+    device: str, mode: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The rows left over run in place, through views of the call's buffers, where the backend
-    makes views at their offset (rows of 32 floats: at every row, on every backend here),
-    else in staging buffers. R, made block by block, is read whole by the column mean (a
-    stage of its own) and again block by block after it."""
+    """Rows that fill no whole block: the last block clamped to end at the last row (one
+    launch), or, where that would misalign a vector access (forced here), the next smaller
+    block over the last rows, in place through views of the call's buffers where the
+    backend makes views at their offset (rows of 32 floats: at every row, on every backend
+    here), else in staging buffers. R, made block by block, is read whole by the column mean
+    (a stage of its own) and again block by block after it."""
     executor = tile.device(device).runtime.device.executor
-    monkeypatch.setattr(type(executor), "makes_views", views)
+    monkeypatch.setattr(type(executor), "makes_views", mode == "views")
+    if mode != "clamped":
+        monkeypatch.setattr(tile.runtime.dynamic, "clamps", lambda batched, rows: False)
     source = (
         "function (A[M, K], B[K, N], C[N]) -> (O) {"
         " T[m, n: M, N] = +(A[m, k] * B[k, n]); R = relu(T + C);"
@@ -342,8 +346,15 @@ def test_rows_left_over_in_place_or_staged(
         want = np.maximum(a.astype(np.float64) @ b + c, 0)
         want -= want.mean(axis=0)
         assert np.abs(got - want).max() <= TOLERANCE * (1 + np.abs(want).max()), rows
-        kinds = {type(kernel).__name__ for kernel in compiled._plan(rows)[0].kernels}
-        assert ("_Viewed" in kinds) == views and ("_RangeCopy" in kinds) != views, kinds
+        plan = compiled._plan(rows)[0]
+        kinds = [type(kernel).__name__ for kernel in plan.kernels]
+        assert ("_Viewed" in kinds) == (mode == "views"), kinds
+        assert ("_RangeCopy" in kinds) == (mode == "staged"), kinds
+        if mode == "clamped":  # each block stage's kernels launch once, over ceil(N / B)
+            block = max(b for b in BLOCKS if b <= rows)
+            launches = [k for k in plan.kernels if type(k).__name__ == "_Launch"]
+            counts = {launch.count for launch in launches}
+            assert counts == {-(-rows // block)}, counts
 
 
 BUNDLE_SCRIPT = """
@@ -397,7 +408,7 @@ def test_a_dynamic_bundle_runs_in_another_process_without_lark(tmp_path: Path, d
     header = json.loads(zipfile.ZipFile(path).read("bundle.json"))
     dynamic = header["dynamic"]
     assert (dynamic["symbol"], dynamic["blocks"], dynamic["outputs"]) == ("N", list(BLOCKS), ["Y"])
-    assert len(dynamic["hidden"]) == 2 and "_rows" in dynamic["hidden"]  # N as a value, and rows
+    assert len(dynamic["hidden"]) == 1  # N as a value
     assert {"code.0.24.bin", "code.1.bin", "code.2.1.bin"} <= set(zipfile.ZipFile(path).namelist())
 
 

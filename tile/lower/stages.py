@@ -7,8 +7,11 @@ there, in its order of operations:
 - a *block* stage: the operations between two reductions, which run block by block over the
   rows (`tile.lower.batch`);
 - a *reduction* stage: one contraction over the batch, which runs once over all the rows
-  (`tile.lower.generate.generate_row_reduction`) and reads the count of rows from the 0-D
-  INT32 tensor `ROWS`.
+  (`tile.lower.generate.generate_row_reduction`).
+
+Every stage takes the 0-D INT32 tensor `ROWS`, the count of rows its launch covers: a
+reduction's loop runs that many rows, and the batched kernels of a block stage clamp their
+last block to it (`tile.lower.batch`).
 
 Each stage is a `BoundProgram` of its own: its inputs are the tensors it reads that the
 function was given or an earlier stage made; its outputs are the function's outputs it makes
@@ -30,7 +33,7 @@ if TYPE_CHECKING:
     from tile.bind.program import Binding, BoundProgram
     from tile.lower.separable import Batch
 
-ROWS = "_rows"  # the 0-D INT32 tensor holding N that a reduction stage reads
+ROWS = "_rows"  # the 0-D INT32 tensor holding the rows a stage's launch covers
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,10 +81,8 @@ def split_stages(program: BoundProgram, batch: Batch) -> list[Stage]:
         if first:
             reads.update(dict.fromkeys(name for name in unmade if name in program.inputs))
         inputs = [name for name in reads if isinstance(bindings[name], TensorBinding)]
-        stage_bindings = bindings
-        if reduction:
-            stage_bindings = {**bindings, ROWS: TensorBinding(TensorShape(DType.INT32, ()))}
-            inputs.append(ROWS)
+        stage_bindings = {**bindings, ROWS: TensorBinding(TensorShape(DType.INT32, ()))}
+        inputs.append(ROWS)
         stage = replace(
             program,
             ops=ops,

@@ -5,8 +5,11 @@ slots, so that `tile.runtime.launch` runs it like any program.
 `PlanBuilder.add` lays out one kernel list over `count` blocks: the program's batched inputs
 and outputs are the call's tensors (N rows); a batched temporary grows to `count` blocks; a
 private buffer (`tile.lower.batch`) gets `count` copies; anything without the batch stays its
-size. With `staged`, the blocks are made of the call's last rows, copied into staging
-buffers first, and only the last `staged` rows of each output are copied back.
+size. The blocks cover `rows` rows: all N, the last block clamped to end at the last row
+(`tile.lower.batch`), or the first `count` whole blocks. With `staged`, the blocks are
+instead made of the call's last rows, in place through views or copied into staging buffers
+first, and only the last `staged` rows of each output are copied back. The counts of rows
+the launches cover are 0-D INT32 inputs the call gives (`row_counts`: `ROWS` for N).
 Kernels that touch batched buffers launch over the blocks (`hal.Kernel.run(batch=...)`);
 ZERO and COPY kernels over batched buffers zero or copy whole buffers of the call's size.
 `PlanBuilder.add_once` lays out a `Reduction` (a stage of `tile.lower.stages` that reduces
@@ -20,7 +23,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from semtree.kernel import Direction, KernelInfo, KernelKind, KernelList, KernelParam
-from semtree.types import TensorShape
+from semtree.types import DType, TensorShape
+from tile.lower.batch import ROWS
 from tile.lower.schedule import OutputPlan, OutputSource, Schedule, Step
 from tile.runtime.execute import CompiledProgram
 
@@ -70,6 +74,7 @@ class PlanBuilder:
         self.steps: list[Step] = []
         self.kernels: list[Kernel] = []
         self.parts = 0  # the kernel lists added so far (their slots are kept apart)
+        self.row_counts: dict[str, int] = {}  # 0-D INT32 inputs: name -> the rows it holds
 
     def slot(self, name: str, shape: TensorShape, *, temporary: bool = False) -> int:
         if name not in self.slots:
@@ -80,10 +85,10 @@ class PlanBuilder:
                 self.temporaries.append(self.slots[name])
         return self.slots[name]
 
-    def add(self, blocks: Blocks, count: int, *, staged: int | None) -> None:
-        """The kernels of `blocks` over `count` blocks of the call's own buffers; or, with
-        `staged` rows, over `count` blocks made of the call's last rows, copied into staging
-        buffers, of which the last `staged` rows of each output are copied back."""
+    def add(self, blocks: Blocks, count: int, *, rows: int, staged: int | None = None) -> None:
+        """The kernels of `blocks` over `count` blocks covering the first `rows` rows of the
+        call's own buffers; or, with `staged` rows, over `count` blocks made of the call's
+        last rows (`rows` of them), of which the last `staged` rows of each output are kept."""
         batched = blocks.batched
         kernel_list = batched.kernel_list
         program_inputs = set(kernel_list.inputs)
@@ -104,7 +109,9 @@ class PlanBuilder:
         )
         for name, shape in kernel_list.shapes.items():
             is_rows = name in batched.block_elements and name not in batched.private
-            if name in batched.private:
+            if name == ROWS:
+                slot_of[name] = self._row_count(rows)
+            elif name in batched.private:
                 slot_of[name] = self.slot(
                     prefix + name, _grown(shape, count, private=True), temporary=True
                 )
@@ -156,7 +163,9 @@ class PlanBuilder:
         self.parts += 1
         slot_of = {}
         for name, shape in kernel_list.shapes.items():
-            if name in inputs:
+            if name == ROWS:
+                slot_of[name] = self._row_count(self.rows)
+            elif name in inputs:
                 slot_of[name] = self._input(name, shape, name in reduction.rows)
             elif name in kernel_list.outputs:
                 slot_of[name] = self.slot(name, shape)
@@ -165,6 +174,13 @@ class PlanBuilder:
         for index, info in enumerate(kernel_list.kernels):
             params = tuple(slot_of[param.name] for param in info.params)
             self._step(reduction.kernels[index], info, params)
+
+    def _row_count(self, rows: int) -> int:
+        """The slot of the 0-D input holding `rows` (a count of rows the call gives)."""
+        name = ROWS if rows == self.rows else f"{ROWS}.{rows}"
+        self.row_counts[name] = rows
+        slot = self.inputs[name] = self.slot(name, TensorShape(DType.INT32, ()))
+        return slot
 
     def _input(self, name: str, shape: TensorShape, is_rows: bool) -> int:
         """The slot of a stage's input: the call's, or what an earlier stage wrote; `shape`

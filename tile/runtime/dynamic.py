@@ -6,16 +6,15 @@ it. The function is then bound at a few sizes of N to find the tensors that carr
 reductions below), and generated and built for blocks of 24, 6 and 1 rows
 (`tile.lower.batch.BLOCKS`; `tile.runtime.dynamic_compile` does this). Each kernel
 runs over any number of blocks in one launch (`hal.Kernel.run(batch=...)`), so no N compiles
-anything. A call with N rows takes the largest block B <= N:
-
-- the B-row kernels run over the N // B whole blocks of the call's own buffers;
-- the r = N % B rows left are covered by the next smaller block b: its kernels run over
-  ceil(r / b) blocks made of the call's last ceil(r / b) * b rows, through views of the
-  call's buffers where the backend makes one at that offset, else copied into staging
-  buffers first, of whose results only the last r rows are copied back.
-
-Every launch's blocks start at its buffers' first byte, and every row a block reads is one
-of the call's own (no padding).
+anything. A call with N rows takes the largest block B <= N and runs its kernels over
+ceil(N / B) blocks of the call's own buffers in one launch each, the last block clamped to
+end at the last row (`tile.lower.batch`: it recomputes some rows of the block before it, with
+the same values). Where the clamped start would misalign a vector access, the kernels run
+over the N // B whole blocks instead, and the r = N % B rows left are covered by the next
+smaller block b: its kernels run over ceil(r / b) blocks made of the call's last
+ceil(r / b) * b rows, through views of the call's buffers where the backend makes one at
+that offset, else copied into staging buffers first, of whose results only the last r rows
+are copied back.
 
 A program that reduces over the batch (a batch sum, a weight gradient) runs in stages
 (`tile.lower.stages`): the operations between reductions run block by block as above, and
@@ -38,7 +37,7 @@ import numpy as np
 
 from hal.errors import HalError
 from tile.errors import TileBundleError, TileUnsupported
-from tile.lower.batch import BLOCKS, BatchedList
+from tile.lower.batch import BLOCKS, BatchedList, clamps
 from tile.runtime import store
 from tile.runtime.api import Tensor
 from tile.runtime.batch_plan import Blocks, PlanBuilder, Reduction
@@ -99,7 +98,7 @@ class DynamicFunction(SignedFunction):
         self._source_hash = digest  # tile.runtime.cache.source_hash of the source
         self._stages = stages
         self._outputs = outputs  # the function's outputs, in order
-        self._hidden = hidden  # 0-D inputs each call fills with N: name -> dtype
+        self._hidden = hidden  # the constants equal to N, 0-D inputs each call fills: dtypes
         self._plans: OrderedDict[int, tuple[CompiledProgram, dict[str, Tensor]]] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -158,7 +157,6 @@ class DynamicFunction(SignedFunction):
         call_inputs = frozenset(self.signature) | frozenset(self._hidden)
         builder = PlanBuilder(self.device.runtime.executor, rows, call_inputs)
         sizes = [block for block in BLOCKS if block <= rows]
-        whole, left = divmod(rows, sizes[0])
         made: dict[str, tuple[OutputPlan, Schedule, frozenset[str]]] = {}
         for stage in self._stages:
             if isinstance(stage, Reduction):
@@ -166,11 +164,7 @@ class DynamicFunction(SignedFunction):
                 schedule, batched = stage.schedule, stage.rows
             else:
                 direct = stage[sizes[0]]
-                # The next block covers the last rows; only the rows left are copied back.
-                if left and direct.batched.batched_kernels:
-                    block = sizes[1]
-                    builder.add(stage[block], -(-left // block), staged=left)
-                builder.add(direct, whole, staged=None)  # after: short launches run first
+                _add_blocks(builder, stage, sizes, rows)
                 schedule, batched = direct.schedule, direct.rows
             for output in schedule.outputs:
                 made[output.name] = (output, schedule, batched)
@@ -183,10 +177,15 @@ class DynamicFunction(SignedFunction):
         first = self._stages[0]
         library = first.library if isinstance(first, Reduction) else first[sizes[0]].library
         plan = builder.program(key, library, [made[name] for name in self._outputs])
+        # N in each constant's type, converted as the binder converts (wrapping integers)
+        values = {
+            name: np.array(rows, np.int64).astype(dtype) for name, dtype in self._hidden.items()
+        }
+        values.update(
+            {name: np.array(count, np.int32) for name, count in builder.row_counts.items()}
+        )
         hidden = {
-            # N in the constant's type, converted as the binder converts (wrapping integers)
-            name: Tensor.from_numpy(np.array(rows, np.int64).astype(dtype), self.device, name=name)
-            for name, dtype in self._hidden.items()
+            name: Tensor.from_numpy(value, self.device, name=name) for name, value in values.items()
         }
         return plan, hidden
 
@@ -262,6 +261,24 @@ def _rows_of(entry: SignatureEntry, spec: SymbolicSpec) -> int | None:
     if len(dims) != len(spec.rest) + 1 or tuple(dims[1:]) != spec.rest:
         return None
     return int(dims[0])
+
+
+def _add_blocks(
+    builder: PlanBuilder, stage: dict[int, Blocks], sizes: list[int], rows: int
+) -> None:
+    """A block stage's launches for `rows` rows: the largest block B <= rows over
+    ceil(rows / B) blocks, the last clamped (`tile.lower.batch`), where every vector access
+    stays aligned; else over its rows // B whole blocks, the next smaller block covering the
+    rows left (module docstring)."""
+    direct = stage[sizes[0]]
+    if not direct.batched.batched_kernels or clamps(direct.batched, rows):
+        builder.add(direct, -(-rows // sizes[0]), rows=rows)
+        return
+    whole, left = divmod(rows, sizes[0])
+    block = sizes[1]
+    count = -(-left // block)
+    builder.add(stage[block], count, rows=count * block, staged=left)  # short launches first
+    builder.add(direct, whole, rows=whole * sizes[0])
 
 
 def entry_at(spec: SymbolicSpec | SignatureEntry, rows: int) -> SignatureEntry:

@@ -86,7 +86,7 @@ def compile_dynamic(
     for stage in staged[1]:
         for name in stage.program.inputs:
             binding = stage.program.bindings[name]
-            if name == ROWS or name in batch.values:
+            if name in batch.values:
                 hidden[name] = binding.shape.dtype.numpy  # type: ignore[union-attr]
 
     def key(entry: tuple[object, ...], block: int) -> ProgramKey:
