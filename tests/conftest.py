@@ -6,12 +6,31 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def run_script(code: str, *args: str, env: dict[str, str] | None = None) -> str:
+    """Run Python `code` with `args` in a fresh interpreter at the repository root and return
+    its standard output, stripped; the test fails, showing its standard error, if it does."""
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
 SHARED = Path(os.environ.get("TILE_SHARED", REPO.parent / "shared"))
 
 # Every test run starts with an empty disk cache (tile's programs, the OpenCL drivers' files) of

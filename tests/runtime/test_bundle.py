@@ -9,8 +9,6 @@ import hashlib
 import json
 import os
 import pickle
-import subprocess
-import sys
 import zipfile
 from typing import TYPE_CHECKING
 
@@ -18,7 +16,7 @@ import numpy as np
 import pytest
 
 import tile
-from tests.conftest import REPO
+from tests.conftest import run_script
 from tests.shipped import SHIPPED, require_opencl
 
 if TYPE_CHECKING:
@@ -122,16 +120,7 @@ print("lark" in sys.modules and sys.modules["lark"] is not None)
 
 def script(mode: str, device: str, path: Path) -> str:
     environment = {k: v for k, v in os.environ.items() if k not in ("POCL_CACHE_DIR",)}
-    done = subprocess.run(
-        [sys.executable, "-c", f"SOURCE = {SOURCE!r}\n{SCRIPT}", mode, device, str(path)],
-        cwd=REPO,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
+    return run_script(f"SOURCE = {SOURCE!r}\n{SCRIPT}", mode, device, str(path), env=environment)
 
 
 def test_a_bundle_runs_in_another_process_without_lark(tmp_path: Path, device: str) -> None:

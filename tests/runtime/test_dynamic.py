@@ -7,8 +7,6 @@ compile time; calls with inputs off the compiled signature are clear errors."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import zipfile
 from typing import TYPE_CHECKING
 
@@ -16,7 +14,7 @@ import numpy as np
 import pytest
 
 import tile
-from tests.conftest import REPO
+from tests.conftest import run_script
 from tests.shipped import SHIPPED, require_opencl
 from tile.lower.batch import BLOCKS
 
@@ -392,19 +390,9 @@ print("lark" in sys.modules and sys.modules["lark"] is not None)
 def test_a_dynamic_bundle_runs_in_another_process_without_lark(tmp_path: Path, device: str) -> None:
     path = tmp_path / "dense.tileb"
 
-    def run(mode: str) -> str:
-        done = subprocess.run(
-            [sys.executable, "-c", BUNDLE_SCRIPT, mode, device, str(path)],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert done.returncode == 0, done.stderr
-        return done.stdout.strip()
-
-    run("save")
-    assert run("load") == "False"  # Lark was never imported
+    run_script(BUNDLE_SCRIPT, "save", device, str(path))
+    loaded_without_lark = run_script(BUNDLE_SCRIPT, "load", device, str(path)) == "False"
+    assert loaded_without_lark  # Lark was never imported
     saved, loaded = np.load(f"{path}.save.npz"), np.load(f"{path}.load.npz")
     assert set(saved) == set(loaded) == {"1", "7", "30", "100"}
     for rows in saved:

@@ -62,7 +62,7 @@ if TYPE_CHECKING:
 # multiple of the usual register tiles' heights (2, 3, 4, 6, 8, 12), so that a block ends
 # where a tile does; a block of 6 for the rows left over; and single rows.
 BLOCKS = (24, 6, 1)
-ROWS = "_rows"  # the 0-D INT32 buffer of the rows a launch covers (tile.lower.stages.ROWS)
+ROWS = "_rows"  # the 0-D INT32 buffer of the rows a launch covers (every stage's input)
 
 
 class BatchError(Exception):

@@ -146,27 +146,18 @@ def _check_contraction(contraction: BoundContraction, batched: set[str], where: 
         raise NotSeparable(f"{where} combines the rows of the batch into its default")
     if output.tensor not in batched:
         if operands:
-            _check_reduction(contraction, operands, where)
+            _check_reduction(contraction, operands, batched, where)
             return True
         return False
     index = _single_index(output.polys[0])
     if index is None:
         raise NotSeparable(f"{where} writes the batch axis at {output.polys[0]}, not an index")
-    for access in contraction.access:
-        first = 1 if access is output or access.tensor in batched else 0
-        if first and _single_index(access.polys[0]) != index:
-            raise NotSeparable(
-                f"{where} reads '{access.tensor}' at batch row {access.polys[0]}, not {index}"
-            )
-        if any(poly.coeff(index) for poly in access.polys[first:]):
-            raise NotSeparable(f"{where} uses the batch index {index} off the batch axis")
-    if any(constraint.poly.coeff(index) for constraint in contraction.constraints):
-        raise NotSeparable(f"{where} constrains the batch index {index}")
+    _keeps_to_batch_axis(contraction, index, batched, where)
     return False
 
 
 def _check_reduction(
-    contraction: BoundContraction, operands: Sequence[BoundAccess], where: str
+    contraction: BoundContraction, operands: Sequence[BoundAccess], batched: set[str], where: str
 ) -> None:
     """A contraction reducing over the batch reads every batched operand at one index `n`
     in the first axis, and `n` nowhere else."""
@@ -178,8 +169,20 @@ def _check_reduction(
             f"{where} reads the batch at rows {shown}: a reduction over the batch must read "
             "every batched operand at the same single index"
         )
+    _keeps_to_batch_axis(contraction, index, batched, where)
+
+
+def _keeps_to_batch_axis(
+    contraction: BoundContraction, index: str, batched: set[str], where: str
+) -> None:
+    """The batch index `index` is the first axis of every batched access, exactly, and
+    appears nowhere else: no other axis, no constraint."""
     for access in contraction.access:
-        first = 1 if access in operands else 0
+        first = 1 if access.tensor in batched else 0
+        if first and _single_index(access.polys[0]) != index:
+            raise NotSeparable(
+                f"{where} reads '{access.tensor}' at batch row {access.polys[0]}, not {index}"
+            )
         if any(poly.coeff(index) for poly in access.polys[first:]):
             raise NotSeparable(f"{where} uses the batch index {index} off the batch axis")
     if any(constraint.poly.coeff(index) for constraint in contraction.constraints):

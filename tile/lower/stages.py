@@ -28,12 +28,11 @@ from typing import TYPE_CHECKING
 
 from semtree.types import DType, TensorShape
 from tile.bind.program import ConstBinding, TensorBinding
+from tile.lower.batch import ROWS
 
 if TYPE_CHECKING:
     from tile.bind.program import Binding, BoundProgram
     from tile.lower.separable import Batch
-
-ROWS = "_rows"  # the 0-D INT32 tensor holding the rows a stage's launch covers
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,14 +13,14 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from hal.errors import HalError
-from tile.bind.program import TensorBinding
+from tile.bind.program import ConstBinding, TensorBinding
 from tile.errors import TileBindError, TileError, TileUnsupported, diagnostic
-from tile.lower.batch import BLOCKS, BatchError, batch_kernels
+from tile.lower.batch import BLOCKS, ROWS, BatchError, batch_kernels
 from tile.lower.generate import generate_program, generate_row_reduction
 from tile.lower.kernel import product
 from tile.lower.schedule import OutputSource, make_schedule
 from tile.lower.separable import NotSeparable, batch_of
-from tile.lower.stages import ROWS, split_stages
+from tile.lower.stages import split_stages
 from tile.runtime import debug, store
 from tile.runtime.batch_plan import Blocks, Reduction
 from tile.runtime.cache import ProgramKey, input_signature
@@ -30,6 +30,8 @@ from tile.runtime.dynamic import SIZE_HINTS, DynamicFunction, Stage, entry_at
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+    import numpy as np
 
     from tile.bind.program import BoundProgram
     from tile.lower.separable import Batch
@@ -82,12 +84,8 @@ def compile_dynamic(
         for name, value in ((n, named[n]) for n in function.inputs)
     }
     staged = {block: split_stages(bound[block], batch) for block in BLOCKS}
-    hidden = {}
-    for stage in staged[1]:
-        for name in stage.program.inputs:
-            binding = stage.program.bindings[name]
-            if name in batch.values:
-                hidden[name] = binding.shape.dtype.numpy  # type: ignore[union-attr]
+    used = {name for stage in staged[1] for name in stage.program.inputs}
+    hidden = {name: _constant_dtype(bound[1], name) for name in sorted(batch.values & used)}
 
     def key(entry: tuple[object, ...], block: int) -> ProgramKey:
         entries = [(name, entry_at(spec, block)) for name, spec in inputs.items()]
@@ -134,6 +132,12 @@ def compile_dynamic(
         hidden,
         seconds,
     )
+
+
+def _constant_dtype(program: BoundProgram, name: str) -> np.dtype:
+    binding = program.bindings[name]
+    assert isinstance(binding, ConstBinding)
+    return binding.dtype.numpy
 
 
 def _blocks(
