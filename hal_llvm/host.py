@@ -92,6 +92,7 @@ class HostCpu:
             "fp64": True,
             "fast_math": False,
             "half_as_float": True,
+            "reduction_steps": True,
         }
 
 

@@ -263,6 +263,10 @@ class HardwareSettings:
     # gives the kernel wider vectors (tile.lower.pack): CPU devices (llvm_cpu; OpenCL CPU
     # drivers, whose half loads are scalar code, or whose half arithmetic is slow).
     half_as_float: bool = False
+    # Long reductions of the register-tiled kernel walked in steps over blocks of tiles, its
+    # vector operand packed in panels first (tile.lower.vector_blocks): llvm_cpu. (PoCL's
+    # kernels of 8-float vectors ran 1.0-1.5x slower so.)
+    reduction_steps: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "goal_dim_sizes", tuple(self.goal_dim_sizes))
@@ -307,6 +311,7 @@ class HardwareSettings:
             goal_dim_sizes=(2**31 - 1, 65535, 65535),
             max_work_group_size=1,
             half_as_float=True,
+            reduction_steps=True,
         )
 
     @staticmethod

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 import tile
 from semtree.kernel import KernelKind
 from tests.lower.harness import LLVM_CPU, SCALAR, run_program, tiled
-from tile.lower import vector
+from tile.lower import vector_blocks
 from tile.lower.generate import generate_program
 
 MATMUL = "function (A[M, K], B[K, N]) -> (C) { C[m, n: M, N] = +(A[m, k] * B[k, n]); }"
@@ -225,8 +225,8 @@ def test_column_tiles_in_blocks(
 ) -> None:
     """Column tiles in blocks (one, several, a ragged last block, all), the order used where
     B is large: every tile computed once (outputs poisoned)."""
-    monkeypatch.setattr(vector, "BLOCK_BYTES", block_bytes)
-    monkeypatch.setattr(vector, "BLOCKED_ABOVE", 0)
+    monkeypatch.setattr(vector_blocks, "BLOCK_BYTES", block_bytes)
+    monkeypatch.setattr(vector_blocks, "BLOCKED_ABOVE", 0)
     inputs = {"A": rand(2, m, 33), "B": rand(2, 33, n, seed=1)}
     (kernel,) = vector_kernels(BMM, LLVM_CPU, inputs)
     panel = 33 * 64 * 4  # a column tile of 4 vectors of 16 floats

@@ -47,13 +47,19 @@ class FlatDerived:
 
 @dataclass(frozen=True, slots=True)
 class FlatAccess:
-    """One tensor access: element `offset + strides . variables` of `tensor` (logical layout)."""
+    """One tensor access: element `offset + strides . variables` of `tensor` (logical layout).
+
+    `panel` = (width, stride): the access reads a copy packed in panels of `width` columns
+    (`tile.lower.pack.pack_operand`): the variable of stride 1 (j) is split, element
+    `offset + strides . variables - j + (j // width) * stride + j % width`. Only the
+    register-tiled vector kernel (`tile.lower.vector`) reads such an access."""
 
     tensor: str
     dtype: DType
     dims: tuple[int, ...]
     offset: int
     strides: tuple[int, ...]
+    panel: tuple[int, int] | None = None
 
     @property
     def size(self) -> int:
@@ -110,7 +116,8 @@ class FlatContraction:
     def key(self) -> str:
         """A structural key: contractions with equal keys generate equal kernels."""
         accesses = ";".join(
-            f"{a.dtype.short}{list(a.dims)}@{a.offset}:{list(a.strides)}" for a in self.access
+            f"{a.dtype.short}{list(a.dims)}@{a.offset}:{list(a.strides)}/{a.panel}"
+            for a in self.access
         )
         derived = ";".join(f"{list(d.numerator)}+{d.const}/{d.divisor}" for d in self.derived)
         guards = ";".join(f"{list(c.lhs)}<={c.rhs}" for c in self.constraints)

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 
 from semtree.types import DType, TensorShape
 from tile.lang.syntax import AggOp, CombOp
-from tile.lower.flat import FlatAccess, FlatContraction
+from tile.lower.flat import FlatAccess, FlatConstraint, FlatContraction
 from tile.lower.flatten import row_major
 from tile.lower.fuse import KernelPlan, PlanKind
 from tile.lower.kernel import ProgramContext, product
@@ -82,10 +82,13 @@ def pack_operand(
         return None
     if tuple(plan.shape) != tuple(flat.ranges[: flat.outputs]):
         return None
-    if vector_shape(flat, settings.vec_size) is not None:
-        return None  # the vector kernel takes B as it is
     if any(context.is_constant(access.tensor) for access in flat.operands):
         return None
+    shape = vector_shape(flat, settings.vec_size)
+    if shape is not None:  # the vector kernel takes B as it is, or in panels
+        if not _inside(flat, shape.b):
+            return None
+        return _panels(plan, flat, context, settings, buffer, shape.b, shape.j)
     output = flat.output
     for a, b in (flat.operands, reversed(flat.operands)):
         j = next(
@@ -105,6 +108,9 @@ def pack_operand(
         count = flat.ranges[rows[-1]]
         if count < MANY_ROWS and (count < SOME_ROWS or reduction >= SHORT_REDUCTION):
             continue
+        panels = _panels(plan, flat, context, settings, buffer, b, j)
+        if panels is not None:
+            return panels
         variables = [k for k, stride in enumerate(b.strides) if stride and k != j] + [j]
         packed, copy = _copy_of(flat, b, variables, buffer, b.dtype, "packed")
         main = replace(
@@ -118,6 +124,95 @@ def pack_operand(
         copy_plan = KernelPlan(PlanKind.CONTRACTION, copy.ranges, (copy_op,), (buffer,))
         return Split((copy_plan, copy), (plan, main), buffer, context, "pack")
     return None
+
+
+def _panels(
+    plan: KernelPlan,
+    flat: FlatContraction,
+    context: ProgramContext,
+    settings: HardwareSettings,
+    buffer: str,
+    b: FlatAccess,
+    j: int,
+) -> Split | None:
+    """B (`b`, vector coordinate `j`) copied in panels, where the vector kernel reading it
+    walks the reduction in steps (`tile.lower.vector_blocks`): P[others..., jt, reductions...,
+    jj] = B[..., j = jt * NR + jj, ...] (0 past B's last column), NR the register tile's
+    columns. A step of a panel is then one contiguous run of memory; in place, the step's rows
+    of B lie a row of B apart (8 KB at 2048 columns: a page each). Matmul 2048 on Intel Xeon
+    went from 1.7x to 1.1x numpy's time. None where the kernel would not block."""
+    from tile.lower.vector import generate_vector_contraction, register_tiles
+
+    # The register tile of the contraction reading B as a row-major copy with j last.
+    variables = [k for k, stride in enumerate(b.strides) if stride and k != j] + [j]
+    row_major_copy, _ = _copy_of(flat, b, variables, buffer, b.dtype, "packed")
+    main = replace(flat, access=tuple(row_major_copy if x is b else x for x in flat.access))
+    shape = vector_shape(main, settings.vec_size)
+    if shape is None or shape.width != settings.vec_size:
+        return None
+    temporary = with_temporary(context, buffer, TensorShape(b.dtype, (1,)))
+    _, vectors, blocks = register_tiles(plan, main, temporary, settings, shape)
+    if blocks is None:
+        return None
+    width = vectors * shape.width
+    others = [k for k in variables[:-1] if k < flat.outputs]
+    reductions = [k for k in variables[:-1] if k >= flat.outputs]
+    columns = flat.ranges[j]
+    slots = [*others, "jt", *reductions, "jj"]
+    taken = set(flat.names)
+    names = [
+        flat.names[k] if isinstance(k, int) else _fresh(flat.names[j], k, taken) for k in slots
+    ]
+    ranges = [
+        flat.ranges[k] if isinstance(k, int) else -(-columns // width) if k == "jt" else width
+        for k in slots
+    ]
+    source_strides = [
+        b.strides[k] if isinstance(k, int) else b.strides[j] * (width if k == "jt" else 1)
+        for k in slots
+    ]
+    dims = tuple(ranges)
+    strides = row_major(dims)
+    constraints = ()
+    if columns % width:  # the last panel's columns past B's are 0 (unwritten elements)
+        lhs = tuple(width if k == "jt" else 1 if k == "jj" else 0 for k in slots)
+        constraints = (FlatConstraint(lhs, columns - 1),)
+    copy = FlatContraction(
+        statement=f"{buffer} = {b.tensor} in panels for {flat.statement}",
+        names=tuple(names),
+        outputs=len(slots),
+        ranges=dims,
+        derived=(),
+        access=(
+            FlatAccess(buffer, b.dtype, dims, 0, strides),
+            replace(b, strides=tuple(source_strides)),
+        ),
+        constraints=constraints,
+        agg=AggOp.SUM,
+        comb=CombOp.NONE,
+        dtype=b.dtype,
+    )
+    at = {k: stride for k, stride in zip(slots, strides, strict=True)}
+    main_strides = tuple(1 if k == j else at.get(k, 0) for k in range(len(flat.ranges)))
+    packed = FlatAccess(buffer, b.dtype, dims, 0, main_strides, (width, at["jt"]))
+    main = replace(flat, access=tuple(packed if x is b else x for x in flat.access))
+    context = with_temporary(context, buffer, TensorShape(b.dtype, dims))
+    if generate_vector_contraction(plan, main, context, settings, "probe") is None:
+        return None
+    op = plan.contraction
+    assert op is not None
+    copy_op = replace(op, output=buffer, inputs=(b.tensor,))
+    copy_plan = KernelPlan(PlanKind.CONTRACTION, dims, (copy_op,), (buffer,))
+    return Split((copy_plan, copy), (plan, main), buffer, context, "panels")
+
+
+def _fresh(base: str, role: str, taken: set[str]) -> str:
+    """A variable name for a panel's `role` ("jt", "jj") of `base`, not in `taken`."""
+    name = f"{base}_{role[1]}"
+    while name in taken:
+        name += "_"
+    taken.add(name)
+    return name
 
 
 def float_copy(

@@ -52,6 +52,14 @@ from tile.lower.kernel import (
     product,
 )
 from tile.lower.ops import GenerateError
+from tile.lower.vector_blocks import (
+    BLOCK_NAMES,
+    Blocking,
+    blocked_pair,
+    blocking,
+    column_block,
+    steps,
+)
 from tile.lower.vector_epilogue import Epilogue
 
 if TYPE_CHECKING:
@@ -148,46 +156,6 @@ def _tile(flat: FlatContraction, shape: _Shape, settings: HardwareSettings) -> t
     return rows, vectors
 
 
-# Bytes of B that a block of column tiles reads (their panels: every reduction step's vectors),
-# kept in the L2 cache (1-2 MiB per core) while every row tile passes them; and the size of B
-# above which the tiles go in such blocks. Below it B stays in the last-level cache and the
-# row-major order, which keeps a row tile's A in L1, was faster (AMD Zen 4, matmul 1024 and
-# 1536: 0.9-1.0x the blocked time; 2048: 1.9x, 1024x4096x1024: 1.6x).
-BLOCK_BYTES = 1 << 20
-BLOCKED_ABOVE = 8 << 20
-
-
-def _blocked(
-    writer: KernelWriter,
-    body: list,
-    pair: sb.Value,
-    block: int,
-    counts: tuple[int, int],
-    names: tuple[str, str],
-) -> tuple[sb.Value, sb.Value]:
-    """(index in the blocked dimension, index in the other) of tile number `pair` of
-    `counts` = (blocked, other) tiles, taken in blocks of `block` tiles of the blocked
-    dimension: the blocks one after the other, in each block the other dimension's tiles in
-    turn, and for each of those the block's tiles in turn. Their data is reused while it is
-    in cache. One block (`block` >= blocked) is the plain order, the blocked index fastest."""
-    blocked, other = counts
-    fresh = {name: writer.fresh(name) for name in ("block", "within", "height", *names)}
-
-    def declare(name: str, value: sb.Value) -> sb.Value:
-        body.append(sb.declare(Type.index(), fresh[name], value))
-        return sb.var(fresh[name])
-
-    if block >= blocked:
-        index = declare(names[0], pair % blocked)
-        return index, declare(names[1], pair / blocked if blocked > 1 else pair)
-    first = declare("block", pair / (block * other)) * block
-    within = declare("within", pair % (block * other))
-    height: sb.Value | int = block
-    if blocked % block:  # the last block is narrower
-        height = declare("height", sb.call(Builtin.MIN, block, blocked - first))
-    return declare(names[0], first + within % height), declare(names[1], within / height)
-
-
 def _groups(flat: FlatContraction, shape: _Shape, rows: int, vectors: int, others: int) -> int:
     columns = -(-flat.ranges[shape.j] // shape.width)
     return others * -(-flat.ranges[shape.i] // rows) * -(-columns // vectors)
@@ -224,8 +192,26 @@ def generate_vector_contraction(
             return None
     elif tuple(plan.stores) != (plan.contraction.output,):
         return None
+    rows, vectors, blocks = register_tiles(plan, flat, context, settings, shape)
+    if shape.b.panel is not None and (blocks is None or shape.b.panel[0] != vectors * shape.width):
+        return None  # packed for another tile (not made so: tile.lower.pack.pack_operand)
+    return _build(plan, flat, context, settings, shape, (rows, vectors, blocks), name, epilogue)
+
+
+def register_tiles(
+    plan: KernelPlan,
+    flat: FlatContraction,
+    context: ProgramContext,
+    settings: HardwareSettings,
+    shape: _Shape,
+) -> tuple[int, int, Blocking | None]:
+    """(rows, vectors) of the register tile and how its work-groups block the reduction."""
     rows, vectors = _tile(flat, shape, settings)
-    return _build(plan, flat, context, settings, shape, rows, vectors, name, epilogue)
+    out_buffer = context.buffer_of[flat.output.tensor]
+    stored = [context.buffer_of[tensor] for tensor in plan.stores]
+    tile = (rows, vectors, shape.width)
+    blocks = blocking(flat, shape.i, shape.j, tile, stored.count(out_buffer) == 1, settings)
+    return rows, vectors, blocks
 
 
 def _build(
@@ -234,12 +220,12 @@ def _build(
     context: ProgramContext,
     settings: HardwareSettings,
     shape: _Shape,
-    rows: int,
-    vectors: int,
+    register: tuple[int, int, Blocking | None],
     name: str,
     epilogue: Epilogue | None = None,
 ) -> VectorBody | None:
     width = shape.width
+    rows, vectors, blocks = register
     writer = KernelWriter(context, plan.stores)
     out_buffer = context.buffer_of[flat.output.tensor]
     c_param = writer.outputs.get(out_buffer)  # None: only the epilogue's values are stored
@@ -252,7 +238,10 @@ def _build(
     columns = -(-size_j // width)  # vectors in a row of the output
     row_tiles, column_tiles = -(-size_i // rows), -(-columns // vectors)
     others = [k for k in range(flat.outputs) if k not in (shape.i, shape.j)]
-    counts = [flat.ranges[k] for k in others] + [row_tiles, column_tiles]
+    tiles = (row_tiles, column_tiles)
+    if blocks is not None:  # work-group -> a block of tiles
+        tiles = (-(-row_tiles // blocks.row_tiles), -(-column_tiles // blocks.column_tiles))
+    counts = [flat.ranges[k] for k in others] + list(tiles)
     total = product(counts)
     try:
         global_size = grid_size(total, settings.goal_dim_sizes)
@@ -276,14 +265,21 @@ def _build(
         body.append(sb.declare(Type.index(), local, value))
         values.append(sb.var(local))
     coordinate: dict[int, sb.Value] = dict(zip(others, values, strict=True))
-    pair = sb.var(group) % (row_tiles * column_tiles) if others else sb.var(group)
-    # Column tiles in blocks whose panels of B stay in cache while every row tile passes
-    # (a matmul 2048 read all of B once per row tile); row-major where B is small.
-    points = product(flat.ranges[k] for k in flat.reductions)
-    block = column_tiles
-    if points * columns * width * 4 > BLOCKED_ABOVE:
-        block = max(1, BLOCK_BYTES // (points * vectors * width * 4))
-    jt, it = _blocked(writer, body, pair, block, (column_tiles, row_tiles), ("jt", "it"))
+    pair = sb.var(group) % product(tiles) if others else sb.var(group)
+    names: dict[str, str] = {}
+    if blocks is None:
+        # Column tiles in blocks whose panels of B stay in cache while every row tile
+        # passes (a matmul 2048 read all of B once per row tile); row-major where B is small.
+        block = column_block(flat, columns, vectors, width)
+        jt, it = blocked_pair(writer, body, pair, block, (column_tiles, row_tiles), ("jt", "it"))
+    else:  # the blocks with column blocks fastest; the tiles of a block are set below
+        names = {name: writer.fresh(name) for name in BLOCK_NAMES}
+        body += [
+            sb.declare(Type.index(), names["jb"], pair % tiles[1]),
+            sb.declare(Type.index(), names["ib"], pair / tiles[1]),
+            *(sb.declare(Type.index(), names[name], 0) for name in ("jt", "it", "k0")),
+        ]
+        jt, it = sb.var(names["jt"]), sb.var(names["it"])
 
     acc, b_row, a_value = writer.fresh("acc"), writer.fresh("b_row"), writer.fresh("a_value")
     r, v = writer.fresh("r"), writer.fresh("v")
@@ -292,6 +288,9 @@ def _build(
     variables: dict[int, sb.Value] = {
         k: sb.var(counter) for k, counter in counters.items()
     } | coordinate
+    trips = {k: flat.ranges[k] for k in reductions}
+    if blocks is not None:  # the reduction variable counts from the step's start
+        variables[blocks.k] = sb.var(names["k0"]) + sb.var(counters[blocks.k])
     row = it * rows + sb.var(r)
     load_row = row if size_i % rows == 0 else sb.call(Builtin.MIN, row, size_i - 1)
     column = jt * vectors + sb.var(v)
@@ -331,9 +330,19 @@ def _build(
     count = None
     if shape.lanes and size_j % (width * vectors):
         count = size_j - column * width
-    if shape.lanes:
+
+    def c_start_at(at_row: sb.Value) -> sb.Value:
+        return linear(flat.output, {shape.i: at_row}, 1) + column * width
+
+    if shape.lanes and shape.b.panel is not None:  # whole panels: nothing to mask
+        start = linear(shape.b, {}, 1) + jt * shape.b.panel[1] + sb.var(v) * width
+        b_vector = sb.lanes(sb.var(b_param), start, width)
+    elif shape.lanes:
         b_vector = sb.lanes(sb.var(b_param), linear(shape.b, {}, 1) + column * width, width, count)
-        c_start = linear(flat.output, {shape.i: row}, 1) + column * width
+    elif shape.b.panel is not None:  # whole panels of `vectors` vectors: no clamped column
+        b_vector = sb.var(b_param)[
+            linear(shape.b, {}, width) + jt * (shape.b.panel[1] // width) + sb.var(v)
+        ]
     else:
         b_vector = sb.var(b_param)[linear(shape.b, {}, width) + load_column]
 
@@ -380,16 +389,16 @@ def _build(
         if depth == len(reductions):
             return step[rows_in or "all"]
         k = reductions[depth]
-        return [sb.for_(counters[k], flat.ranges[k], body=nest(depth + 1, rows_in))]
+        return [sb.for_(counters[k], trips[k], body=nest(depth + 1, rows_in))]
 
-    loop = nest(0, None)
     result = sb.var(acc)[sb.var(r) * vectors + sb.var(v)]
-    store: list = []
-    if c_param is not None and shape.lanes:
-        store.append(sb.assign(sb.lanes(sb.var(c_param), c_start, width, count), result))
-    elif c_param is not None:
-        c_index = linear(flat.output, {shape.i: row}, width) + column
-        store.append(sb.assign(sb.var(c_param)[c_index], result))
+    if c_param is None:
+        c_target = None
+    elif shape.lanes:
+        c_target = sb.lanes(sb.var(c_param), c_start_at(row), width, count)
+    else:
+        c_target = sb.var(c_param)[linear(flat.output, {shape.i: row}, width) + column]
+    store: list = [] if c_target is None else [sb.assign(c_target, result)]
     if epilogue is not None:
         at = [
             row.node if k == shape.i else column.node if k == shape.j else coordinate[k].node
@@ -405,17 +414,34 @@ def _build(
             for tensor in plan.stores
             if tensor != flat.output.tensor
         ]
-    if ragged_columns:
-        store = [sb.if_(column.lt(columns), store)]
-    stores = sb.for_(v, vectors, body=store)
-    if size_i % rows:
-        stores = sb.if_(row.lt(size_i), stores)
-    body += [
+
+    def stores(statements: list) -> sb.Stmt:
+        if ragged_columns:
+            statements = [sb.if_(column.lt(columns), statements)]
+        each = sb.for_(v, vectors, body=statements)
+        if size_i % rows:
+            each = sb.if_(row.lt(size_i), each)
+        return sb.for_(r, rows, body=each)
+
+    declarations = [
         sb.declare(Type(TypeBase.VALUE, F32, width, rows * vectors), acc, 0.0),
         sb.declare(Type(TypeBase.VALUE, F32, width, vectors), b_row),
-        *loop,
-        sb.for_(r, rows, body=stores),
     ]
+    if blocks is None:
+        body += [*declarations, *nest(0, None), stores(store)]
+    else:
+        assert c_target is not None
+        body += declarations
+        if shape.lanes:
+            c_load = sb.lanes(sb.var(c_param), c_start_at(load_row), width, count)
+        else:
+            c_load = sb.var(c_param)[linear(flat.output, {shape.i: load_row}, width) + load_column]
+        zero = sb.for_(r, rows, body=sb.for_(v, vectors, body=sb.assign(result, 0.0)))
+        reload = sb.for_(r, rows, body=sb.for_(v, vectors, body=sb.assign(result, c_load)))
+        body += steps(
+            blocks, names, (row_tiles, column_tiles), trips, lambda: nest(0, None),
+            (zero, reload), (stores(store), stores(store[:1])),
+        )  # fmt: skip
     if product(global_size) != total:  # the grid was rounded up: spare work-groups do nothing
         body = [body[0], sb.if_(sb.var(group).lt(total), body[1:])]
 
@@ -446,7 +472,7 @@ def _build(
         outputs,
         inputs,
         global_size,
-        (2 * points + epilogue_ops) * product(plan.shape),
+        (2 * product(flat.ranges[k] for k in reductions) + epilogue_ops) * product(plan.shape),
         writer.bytes(),
         widths,
         tile,
