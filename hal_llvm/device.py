@@ -22,6 +22,7 @@ from hal.interfaces import Device, DeviceKind, DeviceSet, Driver, Executor, Kern
 from hal_llvm.compiler import LLVMCompiler, LLVMLibrary, host, llvm_version
 from hal_llvm.memory import ALIGNMENT, CpuArena, CpuBuffer
 from hal_llvm.runtime import CpuRuntime
+from hal_llvm.slices import slice_runner
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -253,7 +254,7 @@ class LLVMDevice(Device):
         self.kind = DeviceKind.CPU
         self.host = cpu
         self._settings = settings  # None: the Appendix C preset, built on first use
-        self.runtime = CpuRuntime(self.id, threads or cpu.cores)
+        self.runtime = CpuRuntime(self.id, threads or cpu.cores, runner=slice_runner)
         self.compiler = LLVMCompiler(renderer)
         self.executor = LLVMExecutor(self, self.runtime)
 

@@ -34,6 +34,7 @@ exit) lets the queued jobs finish and stops them.
 from __future__ import annotations
 
 import atexit
+import ctypes
 import os
 import threading
 import time
@@ -45,12 +46,13 @@ from hal.errors import ExecutionError, HalError
 from hal.events import CompletedEvent, FailedEvent, SettableEvent, dependency_failure
 
 if TYPE_CHECKING:
-    import ctypes
     from collections.abc import Callable, Sequence
 
     from hal.interfaces import Event
 
     GridEntry = Callable[[int, int, int], None]  # (params address, begin, end)
+    # () -> the native loop (grid entry address, params, groups, slices, counter address)
+    SliceRunner = Callable[[], Callable[[int, int, int, int, int], None]]
 
 # Slices per compute thread: enough to absorb uneven progress on a shared machine while
 # keeping each slice a contiguous run of neighbouring work-groups.
@@ -126,30 +128,42 @@ def _run_now(action: Callable[[], None], deps: Sequence[Event], label: str, prof
 
 
 class _SplitLaunch:
-    """One launch shared between compute threads: slices are claimed from a counter."""
+    """One launch shared between compute threads: slices are claimed from a counter, in
+    native code where the entry point is a native function (`hal_llvm.slices`), else here."""
 
     __slots__ = (
-        "claimed",
+        "active",
+        "address",
+        "counter",
         "done",
         "entry",
         "error",
-        "finished",
         "groups",
         "lock",
-        "next_slice",
         "params",
+        "released",
+        "runner",
         "slices",
     )
 
-    def __init__(self, entry: GridEntry, params: int, groups: int, slices: int) -> None:
+    def __init__(
+        self,
+        entry: GridEntry,
+        params: int,
+        groups: int,
+        slices: int,
+        runner: SliceRunner | None,
+    ) -> None:
         self.entry = entry
+        self.runner = runner
+        self.address = None if runner is None else native_address(entry)
         self.params = params
         self.groups = groups
         self.slices = slices
         self.lock = threading.Lock()
-        self.next_slice = 0
-        self.claimed = 0
-        self.finished = 0
+        self.counter = ctypes.c_int64(0)  # the next slice; the native loop adds to it
+        self.active = 0  # threads inside `participate`
+        self.released = False
         self.error: BaseException | None = None
         # Held until the last slice finishes; the launching thread waits by acquiring it
         # (a lock costs 0.1 µs to create, a threading.Event several µs).
@@ -157,37 +171,70 @@ class _SplitLaunch:
         self.done.acquire()
 
     def participate(self) -> None:
-        """Run slices until none is left (or one failed); the last thread out releases `done`."""
+        """Run slices until none is left (or one failed); the last thread out once every
+        slice is claimed releases `done`."""
+        with self.lock:
+            self.active += 1
+        try:
+            if self.runner is not None and self.address is not None:
+                self.runner()(
+                    self.address,
+                    self.params,
+                    self.groups,
+                    self.slices,
+                    ctypes.addressof(self.counter),
+                )
+            else:
+                self._run_here()
+        except BaseException as error:
+            with self.lock:
+                if self.error is None:
+                    self.error = error
+                self.counter.value = self.slices  # nobody claims further slices
+        with self.lock:
+            self.active -= 1
+            if self.active == 0 and not self.released:
+                self.released = True
+                self.done.release()
+
+    def _run_here(self) -> None:
         entry, params, groups, slices = self.entry, self.params, self.groups, self.slices
         while True:
             with self.lock:
-                index = self.next_slice
+                index = self.counter.value
                 if index >= slices:
                     return
-                self.next_slice = index + 1
-                self.claimed += 1
-            try:
-                entry(params, index * groups // slices, (index + 1) * groups // slices)
-            except BaseException as error:
-                with self.lock:
-                    if self.error is None:
-                        self.error = error
-                    self.next_slice = slices  # nobody claims further slices
-            with self.lock:
-                self.finished += 1
-                if self.next_slice >= slices and self.finished == self.claimed:
-                    self.done.release()
+                self.counter.value = index + 1
+            entry(params, index * groups // slices, (index + 1) * groups // slices)
+
+
+def native_address(entry: object) -> int | None:
+    """The machine address of a ctypes grid entry point; None for any other callable (tests
+    launch Python functions, which run slice by slice from Python)."""
+    if not isinstance(entry, ctypes._CFuncPtr):  # ctypes function pointers
+        return None
+    return ctypes.cast(entry, ctypes.c_void_p).value
 
 
 class CpuRuntime:
     """The scheduler and compute threads of one LLVM device."""
 
-    def __init__(self, name: str, threads: int, split_seconds: float | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        threads: int,
+        split_seconds: float | None = None,
+        runner: SliceRunner | None = None,
+    ) -> None:
+        """`runner`: gives the native slice loop (`hal_llvm.slices.slice_runner`), which
+        runs native entry points' slices without the GIL; without it, slices are claimed
+        from Python."""
         if threads < 1:
             raise ValueError(f"a CPU runtime needs at least one thread, not {threads}")
         self.name = name
         self.threads = threads  # compute threads: the scheduler plus threads - 1 helpers
         self.split_seconds = split_threshold_seconds() if split_seconds is None else split_seconds
+        self.runner = runner
         self._state_lock = threading.Lock()
         self._jobs: SimpleQueue[_Job | None] = SimpleQueue()
         self._helper_work: SimpleQueue[_SplitLaunch | None] = SimpleQueue()
@@ -319,7 +366,7 @@ class CpuRuntime:
             entry(params, 0, groups)
             return
         slices = min(groups, SLICES_PER_THREAD * self.threads)
-        launch = _SplitLaunch(entry, params, groups, slices)
+        launch = _SplitLaunch(entry, params, groups, slices, self.runner)
         for _ in range(min(self.threads - 1, slices - 1)):
             self._helper_work.put(launch)
         launch.participate()
