@@ -78,6 +78,7 @@ class Capabilities:
     base_address_alignment: int  # bytes; sub-buffer offsets are multiples of this
     cacheline: int
     preferred_vector_width_float: int
+    native_vector_width_float: int  # the SIMD width (Intel's CPU runtime prefers 1 but has 16)
     map_invalidate: bool  # CL_MAP_WRITE_INVALIDATE_REGION (OpenCL 1.2 and later)
 
     def summary(self) -> str:
@@ -132,6 +133,7 @@ def query_capabilities(cl_device: cl.Device) -> Capabilities:
         base_address_alignment=max(1, int(cl_device.mem_base_addr_align) // 8),
         cacheline=int(cl_device.global_mem_cacheline_size),
         preferred_vector_width_float=max(1, int(cl_device.preferred_vector_width_float)),
+        native_vector_width_float=max(1, int(cl_device.native_vector_width_float)),
         map_invalidate=_version(version) >= (1, 2),
     )
 
@@ -148,6 +150,7 @@ def hardware_settings(capabilities: Capabilities) -> HardwareSettings:
             max_work_item_sizes=capabilities.max_work_item_sizes,
             max_compute_units=capabilities.compute_units,
             preferred_vector_width_float=capabilities.preferred_vector_width_float,
+            native_vector_width_float=capabilities.native_vector_width_float,
             global_mem_cacheline_size=capabilities.cacheline,
             extensions=capabilities.extensions,
         )

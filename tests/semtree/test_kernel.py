@@ -230,6 +230,7 @@ def test_llvm_cpu_preset() -> None:
         fp64=True,
         fast_math=False,
         half_as_float=True,
+        reduction_steps=True,
     )
     avx2 = HardwareSettings.llvm_cpu(4, {"avx2"})
     assert (avx2.vec_size, avx2.max_regs, avx2.goal_groups) == (8, 768, 16)
@@ -278,6 +279,15 @@ def test_opencl_cpu_preset() -> None:
     # A CPU driver with half arithmetic (Intel's) still computes float16 in float32.
     with_half = preset(16, ("cl_khr_fp16",))
     assert not with_half.native_fp16 and with_half.half_as_float and not with_half.fp64
+    # Intel's CPU runtime: preferred width 1, native 16: explicit vectors of 8.
+    intel = HardwareSettings.opencl_cpu(
+        max_work_group_size=8192,
+        max_work_item_sizes=(8192, 8192, 8192),
+        max_compute_units=2,
+        preferred_vector_width_float=1,
+        native_vector_width_float=16,
+    )
+    assert intel.vec_size == 8 and intel.vector_loops
 
 
 def test_settings_fingerprint() -> None:
