@@ -360,13 +360,19 @@ class HardwareSettings:
         cl_khr_fp16 (Intel's CPU runtime): its half arithmetic is 5-8x slower than float32
         there, and the results are then those of llvm_cpu and PoCL.
 
-        The vector width is the wider of the driver's preferred and native float widths, at
-        most 8. Intel's CPU runtime prefers 1 (it vectorises across the work-items of a
-        work-group) but has 16: with one work-item per group, scalar kernels ran 4-13x
-        slower than explicit float8 ones there (matmul 1024 242 -> 52 ms, gelu 642 -> 48 ms;
-        Intel Xeon)."""
+        The vector width is the driver's preferred float width, at most 8; where the driver
+        prefers 1 (Intel's CPU runtime, whose compiler vectorises across the work-items of a
+        work-group) its native width, at most 16. With one work-item per group, Intel's
+        scalar kernels ran 4-13x slower than explicit float8 ones, and float16 halved the
+        float8 time of matmuls and convolutions again (matmul 1024: 242, 52, 33 ms; Intel
+        Xeon, Emerald Rapids). On PoCL float16 was as fast for those but made layer norm 4x
+        slower (1.3 -> 5.0 ms), so PoCL stays at 8."""
+        if preferred_vector_width_float > 1:
+            widest = min(8, preferred_vector_width_float)
+        else:
+            widest = min(16, native_vector_width_float)
         vec = 1
-        while vec * 2 <= min(8, max(preferred_vector_width_float, native_vector_width_float)):
+        while vec * 2 <= widest:
             vec *= 2
         enabled = set(extensions)
         return HardwareSettings(

@@ -279,7 +279,7 @@ def test_opencl_cpu_preset() -> None:
     # A CPU driver with half arithmetic (Intel's) still computes float16 in float32.
     with_half = preset(16, ("cl_khr_fp16",))
     assert not with_half.native_fp16 and with_half.half_as_float and not with_half.fp64
-    # Intel's CPU runtime: preferred width 1, native 16: explicit vectors of 8.
+    # Intel's CPU runtime: preferred width 1, native 16: explicit vectors of 16.
     intel = HardwareSettings.opencl_cpu(
         max_work_group_size=8192,
         max_work_item_sizes=(8192, 8192, 8192),
@@ -287,7 +287,8 @@ def test_opencl_cpu_preset() -> None:
         preferred_vector_width_float=1,
         native_vector_width_float=16,
     )
-    assert intel.vec_size == 8 and intel.vector_loops
+    assert intel.vec_size == 16 and intel.vector_loops
+    assert preset(1).vec_size == 1  # no native width given: scalar
 
 
 def test_settings_fingerprint() -> None:
