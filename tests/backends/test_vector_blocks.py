@@ -17,8 +17,8 @@ import pytest
 import tile
 from tests.fuzz.check import check
 from tests.fuzz.programs import Case
+from tests.lower.harness import small_steps
 from tests.shipped import SHIPPED, shipped_devices
-from tile.lower import vector_blocks
 
 MATMUL = "function (A[M, K], B[K, N]) -> (C) { C[m, n: M, N] = +(A[m, k] * B[k, n]); }"
 MATMUL_T = "function (A[M, K], B[N, K]) -> (C) { C[m, n: M, N] = +(A[m, k] * B[n, k]); }"
@@ -46,10 +46,7 @@ def _data(rng: np.random.Generator, *shape: int) -> np.ndarray:
 def test_random_blocked_matmuls(
     device_id: str, devices: dict, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(vector_blocks, "STEP", 8)
-    monkeypatch.setattr(vector_blocks, "STEP_ABOVE", 0)
-    monkeypatch.setattr(vector_blocks, "BLOCK_ROWS", 24)
-    monkeypatch.setattr(vector_blocks, "BLOCK_COLUMNS", 128)
+    small_steps(monkeypatch)
     rng = np.random.default_rng(29)
     for index in range(16):
         m, n = (int(rng.choice(SIZES)) for _ in range(2))

@@ -17,10 +17,13 @@ import numpy as np
 import tile
 from semtree.kernel import HardwareSettings, KernelKind
 from tests.reference import run_kernel
+from tile.lower import vector_blocks
 from tile.lower.generate import generate_program
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+    import pytest
 
     from semtree.kernel import KernelList
 
@@ -114,3 +117,13 @@ def tiled(vec_size: int) -> HardwareSettings:
     """The `llvm_cpu` preset of a host whose vectors have `vec_size` floats, with a matching
     register budget: small tiles that still have partial tiles at the edges of most shapes."""
     return replace(LLVM_CPU, vec_size=vec_size, max_regs=16 * vec_size)
+
+
+def small_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reduction-blocked vector kernels (`tile.lower.vector_blocks`) for any size of B, in
+    steps of about 8 points and blocks of about 24 rows and 128 columns: every edge of them
+    is reached at small sizes."""
+    monkeypatch.setattr(vector_blocks, "STEP", 8)
+    monkeypatch.setattr(vector_blocks, "STEP_ABOVE", 0)
+    monkeypatch.setattr(vector_blocks, "BLOCK_ROWS", 24)
+    monkeypatch.setattr(vector_blocks, "BLOCK_COLUMNS", 128)

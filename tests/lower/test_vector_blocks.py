@@ -11,7 +11,7 @@ import pytest
 
 import tile
 from semtree.kernel import KernelKind
-from tests.lower.harness import LLVM_CPU, run_program, tiled
+from tests.lower.harness import LLVM_CPU, run_program, small_steps, tiled
 from tile.lower import vector_blocks
 from tile.lower.generate import generate_program
 
@@ -35,11 +35,7 @@ BOTH = """function (A[M, K], B[K, N], D[N]) -> (C, R) {
 
 @pytest.fixture
 def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Steps of about 8 points, blocks of about 24 rows and 128 columns, for any size of B."""
-    monkeypatch.setattr(vector_blocks, "STEP", 8)
-    monkeypatch.setattr(vector_blocks, "STEP_ABOVE", 0)
-    monkeypatch.setattr(vector_blocks, "BLOCK_ROWS", 24)
-    monkeypatch.setattr(vector_blocks, "BLOCK_COLUMNS", 128)
+    small_steps(monkeypatch)
 
 
 def rand(*shape: int, seed: int = 0) -> np.ndarray:

@@ -262,12 +262,15 @@ def test_opencl_gpu_preset() -> None:
 
 
 def test_opencl_cpu_preset() -> None:
-    def preset(width: int, extensions: tuple[str, ...] = ("cl_khr_fp64",)) -> HardwareSettings:
+    def preset(
+        width: int, extensions: tuple[str, ...] = ("cl_khr_fp64",), native: int = 1
+    ) -> HardwareSettings:
         return HardwareSettings.opencl_cpu(
             max_work_group_size=4096,
             max_work_item_sizes=(4096, 4096, 4096),
             max_compute_units=2,
             preferred_vector_width_float=width,
+            native_vector_width_float=native,
             extensions=extensions,
         )
 
@@ -280,13 +283,7 @@ def test_opencl_cpu_preset() -> None:
     with_half = preset(16, ("cl_khr_fp16",))
     assert not with_half.native_fp16 and with_half.half_as_float and not with_half.fp64
     # Intel's CPU runtime: preferred width 1, native 16: explicit vectors of 16.
-    intel = HardwareSettings.opencl_cpu(
-        max_work_group_size=8192,
-        max_work_item_sizes=(8192, 8192, 8192),
-        max_compute_units=2,
-        preferred_vector_width_float=1,
-        native_vector_width_float=16,
-    )
+    intel = preset(1, native=16)
     assert intel.vec_size == 16 and intel.vector_loops
     assert preset(1).vec_size == 1  # no native width given: scalar
 
