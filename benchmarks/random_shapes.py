@@ -11,9 +11,11 @@ The public workloads have round sizes; this draws the shapes a model would meet 
 
 Every case is checked against float64 numpy first (a wrong answer fails the run), then
 timed in interleaved rounds: ours (inputs resident on the device, one call and the wait for
-its output), the natural numpy expression and, where PyTorch is importable, torch's. The
-table gives `ours / torch` (and `ours / numpy`) per case: below 1 is faster. The geometric
-mean and the worst case close the report.
+its output), the natural numpy expression and, where PyTorch is importable, torch's; where
+tinygrad is importable and PoCL present, tinygrad's on PoCL too (benchmarks/tinygrad_peer.py,
+issue 12's yardstick; `--no-tinygrad` leaves it out). The table gives `ours / torch` (and
+`ours / numpy`, `ours / tinygrad`) per case: below 1 is faster. The geometric means and the
+worst cases close the report.
 
 Run: `.venv/bin/python benchmarks/random_shapes.py [--device ID] [--cases N] [--seed S]`.
 """
@@ -25,7 +27,7 @@ import math
 import os
 import statistics
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -34,6 +36,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from run import median_times  # benchmarks/run.py: the same interleaved rounds
+from tinygrad_peer import tinygrad_call
 
 import tile
 
@@ -54,6 +57,7 @@ class Case:
     reference: Callable[..., np.ndarray]  # float64
     numpy_fn: Callable[..., object]
     torch_fn: Callable[..., object] | None  # on torch tensors made from `inputs`
+    tinygrad_fn: Callable[..., object] | None = None  # on tinygrad tensors of `inputs`
 
 
 def log_uniform(rng: np.random.Generator, low: int, high: int) -> int:
@@ -90,9 +94,12 @@ def matmul_case(rng: np.random.Generator) -> Case:
     def torch_fn(A: object, B: object) -> object:  # noqa: N803
         return torch.matmul(A.transpose(-1, -2) if ta else A, B.transpose(-1, -2) if tb else B)
 
+    def tinygrad_fn(A: object, B: object) -> object:  # noqa: N803
+        return (A.transpose(-1, -2) if ta else A) @ (B.transpose(-1, -2) if tb else B)
+
     layout = f"{'T' if ta else 'N'}{'T' if tb else 'N'}"
     name = f"matmul {f'{batch}x' if batch else ''}{m}x{k}x{n} {layout}"
-    return Case(name, source, {"A": a, "B": b}, reference, numpy_fn, torch_fn)
+    return Case(name, source, {"A": a, "B": b}, reference, numpy_fn, torch_fn, tinygrad_fn)
 
 
 def reduction_case(rng: np.random.Generator) -> Case:
@@ -125,8 +132,11 @@ def reduction_case(rng: np.random.Generator) -> Case:
     def torch_fn(X: object) -> object:  # noqa: N803
         return X.sum(dim=axis) if op == "+" else X.amax(dim=axis)
 
+    def tinygrad_fn(X: object) -> object:  # noqa: N803
+        return X.sum(axis=axis) if op == "+" else X.max(axis=axis)
+
     name = f"{'sum' if op == '+' else 'max'} {'x'.join(map(str, dims))} axes {axes}"
-    return Case(name, source, {"X": x}, reference, numpy_fn, torch_fn)
+    return Case(name, source, {"X": x}, reference, numpy_fn, torch_fn, tinygrad_fn)
 
 
 def conv_case(rng: np.random.Generator) -> Case:
@@ -173,9 +183,16 @@ def conv_case(rng: np.random.Generator) -> Case:
             x, F.permute(3, 2, 0, 1), stride=stride, dilation=dilation
         ).permute(0, 2, 3, 1)
 
+    def tinygrad_fn(I: object, F: object) -> object:  # noqa: N803, E741
+        padding = ((0, 0), (0, 0), (ph, max(0, need_h - h - ph)), (pw, max(0, need_w - w - pw)))
+        x = I.permute(0, 3, 1, 2).pad(padding)
+        y = x.conv2d(F.permute(3, 2, 0, 1), stride=stride, dilation=dilation)
+        return y.permute(0, 2, 3, 1)
+
     pad = "same" if same else "valid"
     name = f"conv {n}x{h}x{w}x{ci}->{co} k{kh}x{kw} s{stride} d{dilation} {pad}"
-    return Case(name, source, {"I": image, "F": kernel}, reference, numpy_fn, torch_fn)
+    case = Case(name, source, {"I": image, "F": kernel}, reference, numpy_fn, torch_fn)
+    return replace(case, tinygrad_fn=tinygrad_fn)
 
 
 FAMILIES = {"matmul": matmul_case, "reduce": reduction_case, "conv": conv_case}
@@ -189,14 +206,16 @@ def main() -> int:
     parser.add_argument("--family", choices=sorted(FAMILIES), action="append")
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--budget", type=float, default=5.0, help="seconds per case")
+    parser.add_argument("--no-tinygrad", dest="tinygrad", action="store_false")
     args = parser.parse_args()
     device = tile.device(args.device)
     if torch is not None:
         torch.set_num_threads(os.cpu_count() or 1)
     rng = np.random.default_rng(args.seed)
     print(f"device {device.id}: {device.description}; torch {getattr(torch, '__version__', '-')}")
-    print(f"{'case':48s} {'ours ms':>9s} {'/numpy':>7s} {'/torch':>7s}  check")
+    print(f"{'case':48s} {'ours ms':>9s} {'/numpy':>7s} {'/torch':>7s} {'/tinygrad':>9s}  check")
     torch_ratios: list[tuple[float, str]] = []
+    tinygrad_ratios: list[tuple[float, str]] = []
     numpy_ratios: list[float] = []
     failures = 0
     for family in args.family or list(FAMILIES):
@@ -227,24 +246,30 @@ def main() -> int:
                         case.torch_fn(**prepared)
 
                 calls.append(torch_call)
-            ours_s, numpy_s, *torch_s = median_times(calls, args.rounds, args.budget)
+            tinygrad_fn = tinygrad_call(case.tinygrad_fn if args.tinygrad else None, case.inputs)
+            calls += [tinygrad_fn] if tinygrad_fn is not None else []
+            ours_s, numpy_s, *peer_s = median_times(calls, args.rounds, args.budget)
             numpy_ratios.append(ours_s / numpy_s)
-            torch_text = "-"
-            if torch_s:
-                torch_ratios.append((ours_s / torch_s[0], case.name))
-                torch_text = f"{ours_s / torch_s[0]:.2f}"
+            texts = {"torch": "-", "tinygrad": "-"}
+            if len(calls) > 2 + (tinygrad_fn is not None):
+                torch_ratios.append((ours_s / peer_s[0], case.name))
+                texts["torch"] = f"{ours_s / peer_s[0]:.2f}"
+            if tinygrad_fn is not None:
+                tinygrad_ratios.append((ours_s / peer_s[-1], case.name))
+                texts["tinygrad"] = f"{ours_s / peer_s[-1]:.2f}"
             check = f"ok ({error:.0e})" if ok else f"WRONG (rel err {error:.1e})"
             print(
                 f"{case.name:48s} {ours_s * 1e3:9.3f} {ours_s / numpy_s:7.2f} "
-                f"{torch_text:>7s}  {check}",
+                f"{texts['torch']:>7s} {texts['tinygrad']:>9s}  {check}",
                 flush=True,
             )
     geomean = math.exp(statistics.fmean(math.log(r) for r in numpy_ratios))
     print(f"ours / numpy: geomean {geomean:.2f}")
-    if torch_ratios:
-        geomean = math.exp(statistics.fmean(math.log(r) for r, _ in torch_ratios))
-        worst, name = max(torch_ratios)
-        print(f"ours / torch: geomean {geomean:.2f}, worst {worst:.2f} ({name})")
+    for peer, ratios in (("torch", torch_ratios), ("tinygrad on PoCL", tinygrad_ratios)):
+        if ratios:
+            geomean = math.exp(statistics.fmean(math.log(r) for r, _ in ratios))
+            worst, name = max(ratios)
+            print(f"ours / {peer}: geomean {geomean:.2f}, worst {worst:.2f} ({name})")
     print("times are medians of interleaved rounds; below 1 is faster than the peer")
     return 1 if failures else 0
 

@@ -6,7 +6,9 @@ For each workload: check our result against the float64 reference, then time our
 and print both medians and the speed ratio `numpy time / our time` (> 1: faster than numpy).
 The `plaidml` column is PlaidML 0.7.0's ratio to numpy on the machine of that README. Where
 PyTorch is importable (it is not a dependency: `pip install torch` into the venv), its
-natural expression is timed in the same rounds and `torch` gives `torch time / our time`.
+natural expression is timed in the same rounds and `torch` gives `torch time / our time`;
+where tinygrad is importable and PoCL present, `tinygrad` gives tinygrad-on-PoCL's time / our
+time (benchmarks/tinygrad_peer.py). The last line holds the geomeans of those ratios.
 
 Run: `.venv/bin/python benchmarks/run.py [--device ID] [--filter NAME] [--rounds N]`.
 """
@@ -26,6 +28,7 @@ os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np
+from tinygrad_peer import tinygrad_call  # benchmarks/: the script's own directory
 
 import tile
 
@@ -86,6 +89,7 @@ def main() -> int:
     parser.add_argument("--filter", default="")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--budget", type=float, default=20.0, help="seconds per workload")
+    parser.add_argument("--no-tinygrad", dest="tinygrad", action="store_false")
     args = parser.parse_args()
     sys.path.insert(0, str(BENCH))
     import workloads  # type: ignore[import-not-found]
@@ -95,11 +99,12 @@ def main() -> int:
     print(f"device {device.id}: {device.description}")
     header = (
         f"{'workload':24s} {'ours ms':>9s} {'numpy ms':>9s} {'ratio':>7s} {'plaidml':>8s} "
-        f"{'torch':>7s}  check"
+        f"{'torch':>7s} {'tinygrad':>8s}  check"
     )
     print(header)
     print("-" * len(header))
     failures = 0
+    geomeans: dict[str, list[float]] = {"torch": [], "tinygrad": []}
     for workload in workloads.WORKLOADS:
         if args.filter not in workload.name:
             continue
@@ -123,23 +128,37 @@ def main() -> int:
         failures += not ok
         calls = [ours, numpy_call]
         torch_fn = torch_call(workload, arrays)
-        calls += [torch_fn] if torch_fn is not None else []
-        ours_s, numpy_s, *torch_s = median_times(calls, args.rounds, args.budget)
+        expression = getattr(workload, "tinygrad_fn", None) if args.tinygrad else None
+        tinygrad_fn = tinygrad_call(expression, arrays)
+        peer_calls = {"torch": torch_fn, "tinygrad": tinygrad_fn}
+        calls += [c for c in peer_calls.values() if c is not None]
+        ours_s, numpy_s, *peer_s = median_times(calls, args.rounds, args.budget)
         ratio = numpy_s / ours_s
-        torch_text = f"{torch_s[0] / ours_s:7.2f}" if torch_s else f"{'-':>7s}"
+        texts = {}
+        for (name, call), width in zip(peer_calls.items(), (7, 8), strict=True):
+            if call is None:
+                texts[name] = f"{'-':>{width}s}"
+                continue
+            geomeans[name].append(peer_s.pop(0) / ours_s)
+            texts[name] = f"{geomeans[name][-1]:{width}.2f}"
         peer = peers.get(workload.name)
         peer_text = f"{peer:8.2f}" if peer else f"{'-':>8s}"
         check = f"ok ({error:.1e})" if ok else f"WRONG (rel err {error:.1e})"
         print(
             f"{workload.name:24s} {ours_s * 1e3:9.3f} {numpy_s * 1e3:9.3f} {ratio:7.2f} "
-            f"{peer_text} {torch_text}  {check}",
+            f"{peer_text} {texts['torch']} {texts['tinygrad']}  {check}",
             flush=True,
         )
     print(
         "ratio = numpy time / our time (> 1 is faster than numpy); plaidml = the same for "
         "PlaidML 0.7.0 llvm_cpu from the baseline README; torch = torch time / our time "
-        "(> 1 is faster than PyTorch), measured in the same rounds"
+        "(> 1 is faster than PyTorch), tinygrad the same for tinygrad on PoCL, measured in the "
+        "same rounds"
     )
+    for name, ratios in geomeans.items():
+        if ratios:
+            mean = float(np.exp(np.mean(np.log(ratios))))
+            print(f"geomean {name} time / our time over {len(ratios)} workloads: {mean:.2f}")
     return 1 if failures else 0
 
 

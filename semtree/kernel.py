@@ -267,10 +267,16 @@ class HardwareSettings:
     # vector operand packed in panels first (tile.lower.vector_blocks): llvm_cpu. (PoCL's
     # kernels of 8-float vectors ran 1.0-1.5x slower so.)
     reduction_steps: bool = False
+    # The square tile, per side, of a kernel that transposes (an operand contiguous along an
+    # output dimension that is not the last): 8 for llvm_cpu, 32 for OpenCL CPU drivers.
+    # Transpose 4096 on an Intel Xeon (Emerald Rapids), ms for sides 8 / 16 / 32: llvm_cpu
+    # 32-37 / 51 / 41-48; PoCL 70 / 50 / 35; Intel's runtime 58-63 / 38-40 / 30-34.
+    transpose_tile: int = 8
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "goal_dim_sizes", tuple(self.goal_dim_sizes))
         positive = ("threads", "vec_size", "mem_width", "max_mem", "max_regs", "goal_groups")
+        positive += ("transpose_tile",)
         for name in (*positive, "goal_flops_per_byte", "max_work_group_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"HardwareSettings.{name} must be positive")
@@ -360,17 +366,16 @@ class HardwareSettings:
         cl_khr_fp16 (Intel's CPU runtime): its half arithmetic is 5-8x slower than float32
         there, and the results are then those of llvm_cpu and PoCL.
 
-        The vector width is the driver's preferred float width, at most 8; where the driver
+        The vector width is the driver's preferred float width, at most 16; where the driver
         prefers 1 (Intel's CPU runtime, whose compiler vectorises across the work-items of a
         work-group) its native width, at most 16. With one work-item per group, Intel's
         scalar kernels ran 4-13x slower than explicit float8 ones, and float16 halved the
         float8 time of matmuls and convolutions again (matmul 1024: 242, 52, 33 ms; Intel
-        Xeon, Emerald Rapids). On PoCL float16 was as fast for those but made layer norm 4x
-        slower (1.3 -> 5.0 ms), so PoCL stays at 8."""
-        if preferred_vector_width_float > 1:
-            widest = min(8, preferred_vector_width_float)
-        else:
-            widest = min(16, native_vector_width_float)
+        Xeon, Emerald Rapids). PoCL there (preferred width 16) gained as much from float16
+        over float8: matmul 1024 44 -> 21 ms, conv 3x3 8x28x128 25 -> 9.7 ms; its reductions,
+        elementwise kernels and norms were unchanged within the noise."""
+        preferred = preferred_vector_width_float
+        widest = min(16, preferred if preferred > 1 else native_vector_width_float)
         vec = 1
         while vec * 2 <= widest:
             vec *= 2
@@ -390,4 +395,5 @@ class HardwareSettings:
             fp64="cl_khr_fp64" in enabled,
             vector_loops=vec > 1,
             half_as_float=True,
+            transpose_tile=32,
         )

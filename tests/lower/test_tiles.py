@@ -4,6 +4,8 @@ shapes whose tiles stick out of the output (reference interpreter, outputs poiso
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -12,7 +14,7 @@ from semtree.kernel import KernelKind
 from tests.lower.harness import LLVM_CPU, SCALAR, run_program
 from tests.shipped import SHIPPED
 from tile.lower.generate import generate_program
-from tile.lower.tiles import STREAM_VECTORS, TRANSPOSE_TILE, choose_tiles
+from tile.lower.tiles import STREAM_VECTORS, choose_tiles
 
 TRANSPOSE = "function (I[M, N]) -> (O) { O[n, m: N, M] = =(I[m, n]); }"
 PERMUTE = "function (I[A, B, C]) -> (O) { O[c, a, b: C, A, B] = =(I[a, b, c]); }"
@@ -25,7 +27,7 @@ def tiles_of(source: str, inputs: dict[str, np.ndarray]) -> tuple[int, ...]:
 
 
 def test_policy() -> None:
-    t = TRANSPOSE_TILE
+    t = LLVM_CPU.transpose_tile
     assert choose_tiles((64, 64), LLVM_CPU, reduction_points=1, accumulator_bytes=4) == (1, 64)
     transposed = choose_tiles(
         (64, 64), LLVM_CPU, reduction_points=1, accumulator_bytes=4, crosswise=0
@@ -37,7 +39,6 @@ def test_policy() -> None:
     assert scalar == (1, 1)
     lanes = choose_tiles((64, 64), LLVM_CPU, reduction_points=256, accumulator_bytes=4, lanes=64)
     assert lanes == (1, 1)
-
 
 
 def test_streaming_reductions_get_wide_strips() -> None:
@@ -64,19 +65,34 @@ def test_column_reductions_in_strips(n: int) -> None:
             got = tile.run(source, {"X": x}, device=device)["O"]
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
+
 def test_transpositions_get_square_tiles() -> None:
-    t = TRANSPOSE_TILE
+    t = LLVM_CPU.transpose_tile
     assert tiles_of(TRANSPOSE, {"I": np.zeros((40, 24), np.float32)}) == (t, t)
     assert tiles_of(PERMUTE, {"I": np.zeros((4, 5, 40), np.float32)}) == (t, 1, 5)
     copy = "function (I[M, N]) -> (O) { O[m, n: M, N] = =(I[m, n]); }"
     assert tiles_of(copy, {"I": np.zeros((40, 24), np.float32)}) != (t, t)
 
 
-@pytest.mark.parametrize("shape", [(37, 21), (8, 8), (1, 100), (100, 1)])
+def test_transpose_tile_is_a_setting() -> None:
+    """OpenCL CPU drivers take 32 x 32 tiles; the side never exceeds the dimension."""
+    wide = replace(LLVM_CPU, transpose_tile=32)
+    cross = {"reduction_points": 1, "accumulator_bytes": 4, "crosswise": 0}
+    assert choose_tiles((64, 64), wide, **cross) == (32, 32)
+    assert choose_tiles((5, 100), wide, **cross) == (5, 32)
+    with pytest.raises(ValueError, match="transpose_tile"):
+        replace(LLVM_CPU, transpose_tile=0)
+
+
+@pytest.mark.parametrize("shape", [(37, 21), (8, 8), (1, 100), (100, 1), (33, 31), (64, 65)])
 def test_ragged_transposes(shape: tuple[int, int]) -> None:
     x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
     np.testing.assert_array_equal(run_program(TRANSPOSE, {"I": x})["O"], x.T)
-    np.testing.assert_array_equal(tile.run(TRANSPOSE, {"I": x})["O"], x.T)
+    for side in (8, 32):
+        settings = replace(LLVM_CPU, transpose_tile=side)
+        np.testing.assert_array_equal(run_program(TRANSPOSE, {"I": x}, settings)["O"], x.T)
+    for device in SHIPPED:
+        np.testing.assert_array_equal(tile.run(TRANSPOSE, {"I": x}, device=device)["O"], x.T)
 
 
 def test_ragged_permutation() -> None:

@@ -55,7 +55,7 @@ def test_cpu_settings_follow_appendix_c(device: hal.Device) -> None:
         pytest.skip("the CPU preset applies to CPU devices")
     assert settings.threads == 1 and settings.use_global
     preferred = capabilities.preferred_vector_width_float
-    widest = min(8, preferred) if preferred > 1 else min(16, capabilities.native_vector_width_float)
+    widest = min(16, preferred if preferred > 1 else capabilities.native_vector_width_float)
     assert settings.vec_size == widest
     assert (settings.max_mem, settings.max_regs, settings.goal_flops_per_byte) == (32768, 1536, 16)
     assert settings.goal_groups == 4 * capabilities.compute_units

@@ -275,9 +275,11 @@ def test_opencl_cpu_preset() -> None:
         )
 
     settings = preset(16)
-    assert settings.threads == 1 and settings.vec_size == 8 and settings.use_global
+    assert settings.threads == 1 and settings.vec_size == 16 and settings.use_global
     assert (settings.max_mem, settings.max_regs, settings.goal_flops_per_byte) == (32768, 1536, 16)
     assert settings.fp64 and not settings.native_fp16 and settings.half_as_float
+    assert settings.transpose_tile == 32
+    assert preset(32).vec_size == 16 and preset(8).vec_size == 8
     assert preset(4).vec_size == 4 and preset(3).vec_size == 2
     # A CPU driver with half arithmetic (Intel's) still computes float16 in float32.
     with_half = preset(16, ("cl_khr_fp16",))

@@ -21,7 +21,8 @@ Current policy, deliberately simple (correctness first):
   processes a strip of `4 * vec_size` contiguous elements per work-group, to amortise the
   per-group overhead (one element on a device without SIMD, `vec_size` 1); when an operand
   is contiguous along another output dimension (a transposition), a square tile over that
-  dimension and the last instead, so that neither side strides through memory.
+  dimension and the last instead, so that neither side strides through memory
+  (`settings.transpose_tile` per side).
 """
 
 from __future__ import annotations
@@ -46,10 +47,6 @@ MAX_TILE_ROWS = 2
 # Column sum of 4096 x 3001 on llvm_cpu.0 (AMD Zen 4, AVX-512): 8.7 ms with 1, 5.1 with 2,
 # 4.0 with 4, 4.3 with 8.
 STREAM_VECTORS = 4
-
-# A transposition's square tile: its reads and its writes both use whole cache lines, and
-# the rows it reads (a power-of-two stride apart, hence in one L1 set) fit that set's ways.
-TRANSPOSE_TILE = 8
 
 
 def choose_tiles(
@@ -77,8 +74,8 @@ def choose_tiles(
         return tuple(tiles)
     if reduction_points <= 1:
         if crosswise is not None and crosswise != len(shape) - 1 and settings.vec_size > 1:
-            tiles[crosswise] = min(shape[crosswise], TRANSPOSE_TILE)
-            tiles[-1] = min(shape[-1], TRANSPOSE_TILE)
+            tiles[crosswise] = min(shape[crosswise], settings.transpose_tile)
+            tiles[-1] = min(shape[-1], settings.transpose_tile)
         elif settings.vec_size > 1:
             tiles[-1] = min(shape[-1], 4 * settings.vec_size)
         return tuple(tiles)
