@@ -26,6 +26,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from hal_opencl.arithmetic import half_store
 from hal_opencl.expressions import REGIONS, ExpressionRenderer
 from hal_opencl.spelling import (
     UNARY,
@@ -221,6 +222,9 @@ class OpenCLRenderer(ExpressionRenderer):
         base, offset, pointer = packed
         width = str(pointer.vec_width) if pointer.vec_width > 1 else ""
         half = pointer.dtype is DType.FLOAT16 and not self.native_fp16
+        if half and pointer.vec_width != 3:
+            space = REGIONS[pointer.region]
+            return half_store(text.code, base, offset, pointer.vec_width, space, self.helpers)
         function = f"vstore_half{width}" if half else f"vstore{width}"
         return f"{function}({text.code}, {offset}, {base});"
 

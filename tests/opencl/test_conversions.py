@@ -177,3 +177,68 @@ def test_every_half_loads_as_numpy_converts_it(device: hal.Device, width: int) -
     nan = np.isnan(want)
     assert np.array_equal(np.isnan(got), nan)
     assert np.array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
+
+
+def _float_to_half_cases() -> np.ndarray:
+    """float32 values around every finite half: the half itself, the ties to its neighbours
+    (to nearest even) and the floats just either side of each tie; then the limits: the
+    overflow threshold 65520, infinities, NaNs, float subnormals and the subnormal halves."""
+    halves = np.arange(0x7C00, dtype=np.uint16).view(np.float16).astype(np.float64)
+    following = np.append(halves[1:], 65536.0)  # 65520, the tie above 65504, overflows
+    ties = ((halves + following) / 2).astype(np.float32)
+    up, down = np.nextafter(ties, np.float32(np.inf)), np.nextafter(ties, np.float32(0))
+    special = np.array(
+        [
+            np.inf,
+            np.nan,
+            65504,
+            65519.996,
+            65520,
+            65536,
+            1e10,
+            3e38,
+            2.0**-25,
+            2.0**-26,
+            1.5 * 2.0**-24,
+            2.0**-14 - 2.0**-25,
+            1e-40,
+            1.4e-45,
+            0.0,
+        ],
+        np.float32,
+    )
+    special = np.append(
+        special, np.array([0x7FC00001, 0x7F800001, 0x7FBFFFFF], np.uint32).view(np.float32)
+    )
+    values = np.concatenate([halves.astype(np.float32), ties, up, down, special])
+    return np.concatenate([values, -values])
+
+
+@pytest.mark.parametrize("width", [1, 2, 4, 8, 16])
+def test_half_stores_round_as_numpy_does(device: hal.Device, width: int) -> None:
+    """Half stores on a device without native half go through the program's own conversion
+    (`arithmetic.half_store`): around every half, at its ties, and at the limits (overflow,
+    infinities, NaNs, subnormals of both types), numpy's float16, bit for bit (NaNs as NaNs)."""
+    values = _float_to_half_cases()
+    count = -(-values.size // 64) * 64
+    values = np.resize(values, count)
+    name = f"half_store_x{width}"
+    i, source, target = sb.global_id(0), sb.var(f"{name}_in"), sb.var(f"{name}_out")
+    function = sb.function(
+        name,
+        [
+            (f"{name}_out", Type.ptr(DType.FLOAT16, width)),
+            (f"{name}_in", Type.ptr(DType.FLOAT32, width, const=True)),
+        ],
+        [sb.assign(target[i], source[i])],
+    )
+    program = kernel_list(kernel(function, count, (count // width,)))
+    library = device.compiler.build(program, device)
+    if not device.settings.native_fp16:
+        assert "tile_float_to_half" in library.source(0)
+    got = run_on_device(device, program, {f"{name}_in": values}, library)[f"{name}_out"]
+    with np.errstate(over="ignore"):
+        want = values.astype(np.float16)
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(got), nan)
+    assert np.array_equal(got[~nan].view(np.uint16), want[~nan].view(np.uint16))
