@@ -2,7 +2,8 @@
 
 `B = A + 1` over 16 float32s, the program already compiled, timed three ways per device:
 - `call`: `fn(A=tensor)` returns its output tensor, nothing waited for (calls back to back);
-- `call + wait`: then wait until the output is written;
+- `call + wait`: then wait until the output is written (`tensor.wait()`);
+- `call + map`: then map the output for the host and unmap it (`tensor.mmap_current()`);
 - `call + read`: then read the output as a numpy array (`tensor.numpy()`).
 torch (if installed) and numpy do the same on the host in the same run (`a + 1`, whose result
 is there at once), as the floor that a Python call can reach. Each figure is the best of
@@ -52,14 +53,24 @@ def device_actions(device_id: str) -> dict[str, Callable[[], object]]:
 
     def call_wait() -> object:
         output = function(device=device, A=tensor)["B"]
-        with output.mmap_current():  # returns once the output is written
+        output.wait()  # returns once the output is written
+        return output
+
+    def call_map() -> object:
+        output = function(device=device, A=tensor)["B"]
+        with output.mmap_current():  # the output mapped for the host, and unmapped
             pass
         return output
 
     def call_read() -> object:
         return function(device=device, A=tensor)["B"].numpy()
 
-    return {"call": call, "call + wait": call_wait, "call + read": call_read}
+    return {
+        "call": call,
+        "call + wait": call_wait,
+        "call + map": call_map,
+        "call + read": call_read,
+    }
 
 
 def peer_actions() -> dict[str, Callable[[], object]]:

@@ -58,8 +58,7 @@ def measure(device: str, rounds: int) -> list[tuple[str, float, float]]:
             def call(
                 a: tile.Tensor = a, b: tile.Tensor = b, function: tile.Function = function
             ) -> None:
-                with function(a, b, device=device)["C"].mmap_current():
-                    pass
+                function(a, b, device=device)["C"].wait()
 
             call()  # compiled and warm
             calls[dtype] = call

@@ -1,7 +1,7 @@
 """Benchmark the workloads of ../shared/bench/workloads.py on a tile device.
 
 For each workload: check our result against the float64 reference, then time our call
-(inputs resident on the device; one call = `fn(**inputs)` plus waiting for the output, as
+(inputs resident on the device; one call = `fn(**inputs)` plus `Tensor.wait()` on the output, as
 ../shared/bench/README.md times every engine) interleaved with the natural numpy expression,
 and print both medians and the speed ratio `numpy time / our time` (> 1: faster than numpy).
 The `plaidml` column is PlaidML 0.7.0's ratio to numpy on the machine of that README. Where
@@ -113,9 +113,7 @@ def main() -> int:
         tensors = {n: tile.Tensor.from_numpy(a, device) for n, a in arrays.items()}
 
         def ours(function=function, tensors=tensors, name=workload.output):
-            out = function(device=device, **tensors)[name]
-            with out.mmap_current():
-                pass
+            function(device=device, **tensors)[name].wait()
 
         def numpy_call(workload=workload, arrays=arrays):
             workload.numpy_fn(**arrays)

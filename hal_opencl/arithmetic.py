@@ -309,7 +309,7 @@ def round_to_half(value: Text, helpers: Helpers) -> Text:
     which round it once, where a float would round it twice."""
     width = value.type.vec_width
     source = register_name(value.type)
-    if element_dtype(value.type) is DType.FLOAT32:
+    if element_dtype(value.type) is DType.FLOAT32 and width != 3:  # width 3: no ushort6
         there, back = _float_to_half(width, helpers), _half_to_float(width, helpers)
         return call(back, [Text(f"{there}({value.code})", ATOM, value.type)], value.type)
     suffix = str(width) if width > 1 else ""

@@ -139,3 +139,18 @@ def test_an_upload_hands_its_order_to_the_unmap() -> None:
             assert all(
                 read.is_complete or not isinstance(read, SettableEvent) for read in a._state.reads
             )
+
+
+@pytest.mark.parametrize("device_id", SHIPPED)
+def test_wait_on_the_shipped_devices(device_id: str) -> None:
+    """`Tensor.wait()` returns once the output is written, then a map sees it (poisoned
+    first, so that an early return shows)."""
+    device = tile.device(device_id)
+    n = 1 << 20
+    a = tile.Tensor.from_numpy(np.arange(n, dtype=np.float32), device)
+    out = tile.Tensor.from_numpy(np.full(n, np.nan, np.float32), device)
+    invocation = tile.Invoker(NEGATE, {"A": a}, {"O": out}).invoke()
+    out.wait()
+    assert invocation.done()
+    with out.mmap_current() as view:
+        np.testing.assert_array_equal(view, -np.arange(n, dtype=np.float32))

@@ -227,3 +227,28 @@ def test_profile_lists_every_launch(
     profile = run.profile()
     assert [name.split("_")[1] for name, _ in profile] == ["neg", "add"]
     assert all(duration == 1000 for _, duration in profile)
+
+
+def test_tensor_wait_waits_for_the_writer_only(fake: tile.Device, fake_hal: FakeDevice) -> None:
+    gate = fake_hal.hold("neg")
+    out = NEGATE(device=fake, A=values(1, 2))["O"]
+    waiter = threading.Thread(target=out.wait)
+    waiter.start()
+    assert blocked(waiter)  # the writer is held
+    with pytest.raises(TimeoutError):
+        out.wait(SETTLE)
+    gate.set()
+    waiter.join(10)
+    assert not waiter.is_alive()
+    out.wait()  # done: returns at once
+    np.testing.assert_array_equal(out.to_numpy(), [-1, -2])
+    tile.Tensor.from_numpy(values(3), fake).wait()  # written by the host: nothing to wait for
+
+
+def test_tensor_wait_raises_the_writer_failure(fake: tile.Device, fake_hal: FakeDevice) -> None:
+    fake_hal.failing["neg"] = RuntimeError("kernel exploded")
+    out = NEGATE(device=fake, A=values(1))["O"]
+    with pytest.raises(tile.ExecutionError, match="kernel exploded"):
+        out.wait(10)
+    with pytest.raises(tile.ExecutionError, match="kernel exploded"):
+        out.wait(10)  # still the last writer's failure

@@ -263,6 +263,12 @@ class Tensor:
         raw = self.device.runtime.read(self._state)
         return raw.view(self.dtype).reshape(self.shape)
 
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until the work queued so far that writes this tensor has finished; nothing
+        is mapped or copied. Raises ExecutionError if that work failed, and TimeoutError if
+        it has not finished after `timeout` seconds."""
+        self.device.runtime.wait_written(self._state, timeout)
+
     @contextmanager
     def mmap_current(self, writable: bool = False) -> Iterator[np.ndarray]:
         """Map the current contents as an array of this tensor's shape and dtype.

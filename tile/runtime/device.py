@@ -318,6 +318,14 @@ class DeviceRuntime:
         finally:
             marker.set_result()
 
+    def wait_written(self, state: BufferState, timeout: float | None = None) -> None:
+        """Return once `state`'s last writer so far has finished (5.5), mapping and copying
+        nothing; its failure raises ExecutionError, a timeout TimeoutError."""
+        with self.lock:
+            deps = state.read_deps()
+        if deps:
+            wait_events(deps, timeout, _waiting_for(state))
+
     @contextmanager
     def mapped(
         self, state: BufferState, *, write: bool, discard: bool = False
