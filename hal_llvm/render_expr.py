@@ -272,7 +272,7 @@ class ExpressionEmitter(Converter):
                 return Typed(variable.value, variable.type)
         if isinstance(ref, Lanes) and ref.count is not None:
             type_ = self.lvalue_type(ref)
-            return Typed(self._masked(ref), type_)
+            return Typed(self.from_memory(self._masked(ref), type_), self.value_type(type_))
         address = self.address(ref)
         value = self.builder.load(address.pointer, align=address.alignment)
         register = self.value_type(address.type)
@@ -282,7 +282,9 @@ class ExpressionEmitter(Converter):
 
     def store(self, ref: LValue, expr: Expr) -> None:
         if isinstance(ref, Lanes) and ref.count is not None:
-            self._masked(ref, self.prepared(expr, self.lvalue_type(ref)))
+            stored = self.lvalue_type(ref)
+            value = self.prepared(expr, self.value_type(stored))
+            self._masked(ref, self.to_memory(value, stored))
             return
         address = self.address(ref)
         target = self.value_type(address.type)

@@ -310,7 +310,7 @@ def round_to_half(value: Text, helpers: Helpers) -> Text:
     width = value.type.vec_width
     source = register_name(value.type)
     if element_dtype(value.type) is DType.FLOAT32 and width != 3:  # width 3: no ushort6
-        there, back = _float_to_half(width, helpers), _half_to_float(width, helpers)
+        there, back = float_to_half(width, helpers), half_to_float(width, helpers)
         return call(back, [Text(f"{there}({value.code})", ATOM, value.type)], value.type)
     suffix = str(width) if width > 1 else ""
     result = vector_name(DType.FLOAT32, width)
@@ -333,7 +333,7 @@ def half_load(base: str, offset: str, width: int, space: str, helpers: Helpers) 
     `vload_half[N]` would: PoCL 3.0 calls `vload_half` out of line, 5x slower in a float16
     matmul. Only the element's alignment is assumed."""
     prefix = f"{space} " if space else ""
-    convert = _half_to_float(width, helpers)
+    convert = half_to_float(width, helpers)
     if width == 1:
         return f"{convert}(((const {prefix}ushort*)({base}))[{offset}])"
     unaligned = helpers.unaligned(vector_name(DType.UINT16, width), 2)
@@ -348,7 +348,7 @@ def half_store(value: str, base: str, offset: str, width: int, space: str, helpe
     out of line, one element at a time (storing a float16 result of 1000 x 1024 took 9.9 ms,
     2.3 ms so). Only the element's alignment is assumed."""
     prefix = f"{space} " if space else ""
-    convert = _float_to_half(width, helpers)
+    convert = float_to_half(width, helpers)
     if width == 1:
         return f"(({prefix}ushort*)({base}))[{offset}] = {convert}({value});"
     unaligned = helpers.unaligned(vector_name(DType.UINT16, width), 2)
@@ -356,7 +356,7 @@ def half_store(value: str, base: str, offset: str, width: int, space: str, helpe
     return f"*({prefix}{unaligned}*)({start}) = {convert}({value});"
 
 
-def _float_to_half(width: int, helpers: Helpers) -> str:
+def float_to_half(width: int, helpers: Helpers) -> str:
     """The helper converting `width` floats to half bit patterns, rounding to nearest even
     without branches: normal results rebias the exponent and add the rounding bias (half an
     ulp less one, plus the kept mantissa's last bit); results below 2^-14 come out of a float
@@ -394,7 +394,7 @@ def _float_to_half(width: int, helpers: Helpers) -> str:
     return helpers.use(name, source)
 
 
-def _half_to_float(width: int, helpers: Helpers) -> str:
+def half_to_float(width: int, helpers: Helpers) -> str:
     """The helper converting `width` half bit patterns to float: the exponent and mantissa
     moved into place and scaled by 2^112 (which also normalises subnormals), infinities and
     NaNs kept, the sign put back."""

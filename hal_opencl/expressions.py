@@ -27,7 +27,9 @@ from typing import TYPE_CHECKING
 from hal_opencl.arithmetic import (
     PRECEDENCE,
     call,
+    float_to_half,
     half_load,
+    half_to_float,
     infix,
     integer_arithmetic,
     min_max,
@@ -155,9 +157,26 @@ class ExpressionRenderer(CPrinter):
         assert base.dtype is not None
         pointer, offset = self.lvalue(ref.base), self.value(ref.offset).code
         width = ref.width
-        scalar, vector = vector_name(base.dtype), vector_name(base.dtype, width)
         space = REGIONS[base.region]
-        unaligned = self.helpers.unaligned(vector, base.dtype.itemsize)
+        prefix = f"{space} " if space else ""
+        dtype = base.dtype
+        if dtype is DType.FLOAT16 and not self.native_fp16:
+            # Half without native support: the lanes' bits, through the program's conversions.
+            const = "const " if value is None else ""
+            pointer, dtype = f"(({prefix}{const}ushort*)({pointer}))", DType.UINT16
+            if value is None:
+                bits = self._lanes(ref, pointer, offset, dtype, None)
+                return f"{half_to_float(width, self.helpers)}({bits})"
+            value = f"{float_to_half(width, self.helpers)}({value})"
+        return self._lanes(ref, pointer, offset, dtype, value)
+
+    def _lanes(self, ref: Lanes, pointer: str, offset: str, dtype: DType, value: str | None) -> str:
+        """`lanes` on the pointer text `pointer` to `dtype` elements."""
+        width = ref.width
+        base = lvalue_type(ref.base, self.scope, self.native_fp16)
+        scalar, vector = vector_name(dtype), vector_name(dtype, width)
+        space = REGIONS[base.region]
+        unaligned = self.helpers.unaligned(vector, dtype.itemsize)
         prefix = f"{space} " if space else ""
         if ref.count is None:
             const = "const " if value is None else ""
@@ -196,7 +215,7 @@ class ExpressionRenderer(CPrinter):
     def load(self, ref: LValue) -> Text:
         declared = lvalue_type(ref, self.scope, self.native_fp16)
         if isinstance(ref, Lanes):
-            return Text(self.lanes(ref), ATOM, declared)
+            return Text(self.lanes(ref), ATOM, value_type(declared, self.native_fp16))
         if declared.is_pointer:
             return Text(self.lvalue(ref), ATOM, declared)
         packed = self.packed_access(ref)

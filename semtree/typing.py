@@ -208,7 +208,7 @@ def lvalue_type(ref: LValue, scope: Scope, native_fp16: bool) -> Type:
             base_type = lvalue_type(base, scope, native_fp16)
             if not base_type.is_pointer or base_type.vec_width != 1:
                 raise SemtreeTypeError(f"{ref}: lanes of {base_type}, not of a scalar pointer")
-            if base_type.dtype in (DType.BOOLEAN, DType.FLOAT16):
+            if base_type.dtype is DType.BOOLEAN:
                 raise SemtreeTypeError(f"{ref}: lanes of {base_type.dtype.value} elements")
             for what, index in (("offset", offset), ("count", count)):
                 index_type = INDEX if index is None else type_of(index, scope, native_fp16)

@@ -35,6 +35,7 @@ SELECT = "function (X[N]) -> (O) { O = X > 0.5 ? X : 0.25 * X; }"
 INTEGERS = "function (A[N], B[N]) -> (O) { O = A / B + A * 7 - (A >> 1); }"
 CAST = "function (A[N]) -> (O) { O = as_float(A, 32) * 0.5 + 1.0; }"
 COMPARE = "function (X[N]) -> (O) { O = X > 0.0; }"  # bool memory: not widened
+HALF_CAST = "function (A[N]) -> (O, P) { O = as_float(A, 32); P = as_float(A * 3.0, 16); }"
 TRANSPOSE = "function (X[M, N]) -> (O) { O[n, m: N, M] = =(X[m, n]); }"
 
 
@@ -58,7 +59,8 @@ def test_which_bodies_are_widened() -> None:
     assert _widened(SELECT, {"X": x})
     assert _widened(INTEGERS, {"A": x.astype(np.int32), "B": x.astype(np.int32)})
     assert not _widened(COMPARE, {"X": x})
-    assert not _widened(GELU, {"X": x.astype(np.float16)})
+    assert _widened(GELU, {"X": x.astype(np.float16)})  # half lanes, computed in float
+    assert _widened(HALF_CAST, {"A": x.astype(np.float16)})
     assert not _widened(GELU, {"X": x.astype(np.float64)})  # PoCL aborts on tanh(double8)
     without = generate_program(tile.Function(GELU).bind({"X": x}), LLVM_CPU)
     assert not any(isinstance(node, Lanes) for k in without.kernels for node in walk(k.body))  # type: ignore[arg-type]
@@ -111,6 +113,20 @@ def test_widened_two_outputs_and_integers(n: int) -> None:
     np.testing.assert_allclose(got, a * 0.5 + 1.0, rtol=1e-6)
 
 
+@pytest.mark.parametrize("width", [2, 4, 8, 16])
+@pytest.mark.parametrize("n", [1, 7, 9, 33, 1000])
+def test_widened_half(n: int, width: int) -> None:
+    """Half memory on lanes: loads, a cast to float32, a rounding cast back and stores, at
+    lane edges (counted lanes), bit for bit as numpy rounds them."""
+    rng = np.random.default_rng(n)
+    a = (_rand(rng, n) * 300).astype(np.float16)
+    got = run_program(HALF_CAST, {"A": a}, WIDE[width])
+    np.testing.assert_array_equal(got["O"], a.astype(np.float32))
+    with np.errstate(over="ignore"):
+        want = (a.astype(np.float32) * np.float32(3.0)).astype(np.float16)
+    np.testing.assert_array_equal(got["P"], want)
+
+
 @pytest.fixture(scope="module")
 def devices() -> dict:
     return shipped_devices()
@@ -135,6 +151,8 @@ def test_elementwise_edges_on_devices(device_id: str, n: int, devices: dict) -> 
             },
         ),
         Case("f64", GELU, {"X": _rand(rng, n, dtype=np.float64)}),
+        Case("f16", GELU, {"X": _rand(rng, n, dtype=np.float16)}),
+        Case("f16_cast", HALF_CAST, {"A": (_rand(rng, n) * 300).astype(np.float16)}),
         Case("transpose", TRANSPOSE, {"X": _rand(rng, 3, n)}),
     ]
     for case in cases:

@@ -38,6 +38,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from semtree.types import DType, TensorShape
+from tile.bind.program import BoundOp, OpKind
 from tile.lang.syntax import AggOp, CombOp
 from tile.lower.flat import FlatAccess, FlatConstraint, FlatContraction
 from tile.lower.flatten import row_major
@@ -255,9 +256,22 @@ def float_copy(
     if vector_shape(main, settings.vec_size, half=True) is None:
         return None
     context = with_temporary(context, buffer, TensorShape(DType.FLOAT32, copy.ranges))
-    copy_op = replace(plan.contraction, output=buffer, inputs=(operand.tensor,))
-    copy_plan = KernelPlan(PlanKind.CONTRACTION, copy.ranges, (copy_op,), (buffer,))
-    return Split((copy_plan, copy), (plan, main), buffer, context, f"to_float_{role}")
+    return Split(_cast(plan, copy, buffer), (plan, main), buffer, context, f"to_float_{role}")
+
+
+def _cast(
+    plan: KernelPlan, copy: FlatContraction, buffer: str
+) -> tuple[KernelPlan, FlatContraction | None]:
+    """The kernel making `copy` (into `buffer`) for the contraction of `plan`: where it is its
+    source tensor element for element (the whole tensor, in its own layout), an elementwise
+    cast, whose kernels take vectors (`settings.vector_loops`); else a contraction copying."""
+    assert plan.contraction is not None
+    target, source = copy.access
+    if source.offset == 0 and source.dims == copy.ranges and source.strides == target.strides:
+        op = BoundOp(OpKind.ELEMENTWISE, buffer, (source.tensor,), "cast", target.dtype)
+        return KernelPlan(PlanKind.ELEMENTWISE, copy.ranges, (op,), (buffer,)), None
+    copy_op = replace(plan.contraction, output=buffer, inputs=(source.tensor,))
+    return KernelPlan(PlanKind.CONTRACTION, copy.ranges, (copy_op,), (buffer,)), copy
 
 
 def float_output(
@@ -296,9 +310,8 @@ def float_output(
     outputs = range(flat.outputs)
     temporary = FlatAccess(buffer, DType.FLOAT32, dims, 0, row_major(dims))
     _, convert = _copy_of(flat, temporary, outputs, output.tensor, DType.FLOAT16, "as float16")
-    convert_op = replace(op, inputs=(buffer,))
-    convert_plan = KernelPlan(PlanKind.CONTRACTION, dims, (convert_op,), (op.output,))
-    return Split((main_plan, main), (convert_plan, convert), buffer, context, "to_half")
+    then = _cast(replace(plan, ops=(replace(op, inputs=(buffer,)),)), convert, op.output)
+    return Split((main_plan, main), then, buffer, context, "to_half")
 
 
 def _copy_of(

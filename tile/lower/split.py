@@ -42,8 +42,8 @@ class Split:
     `context` knows the temporary (its shape is `context.shapes[buffer]`); the first kernel is
     named `<kernel>_<suffix>`."""
 
-    first: tuple[KernelPlan, FlatContraction]
-    then: tuple[KernelPlan, FlatContraction]
+    first: tuple[KernelPlan, FlatContraction | None]  # None: an elementwise kernel
+    then: tuple[KernelPlan, FlatContraction | None]
     buffer: str
     context: ProgramContext
     suffix: str

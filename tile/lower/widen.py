@@ -17,8 +17,8 @@ Lane `l` computes what element `x + l` computed: a value that depends on `x` bec
 of `width` lanes; one that does not stays a scalar, broadcast where it meets a vector. A memory
 access whose element offset has coefficient 1 in `x` becomes `Lanes` (a vector at any
 element); one without `x` stays a scalar access. Anything else (a strided access, `x` used as a
-value, a condition that depends on `x`, a branch that reads memory, boolean or half memory)
-leaves the body as it was: `widen` returns None; so do 64-bit and half values (`_LANE_TYPES`).
+value, a condition that depends on `x`, a branch that reads memory, boolean memory) leaves the
+body as it was: `widen` returns None; so do 64-bit values (`_LANE_TYPES`).
 """
 
 from __future__ import annotations
@@ -51,11 +51,21 @@ from semtree.types import DType, Type
 if TYPE_CHECKING:
     from semtree.nodes import Expr, Function, Node
 
-# Lanes of 8- to 32-bit numbers only: Lanes cannot access boolean or half memory, and PoCL 3.0
+# Lanes of 8- to 32-bit numbers only: Lanes cannot access boolean memory, and PoCL 3.0
 # (LLVM 14) aborts the process compiling some builtins on vectors of doubles (`tanh(double8)`:
-# "Cannot select: vselect").
+# "Cannot select: vselect"). Half lanes are computed in float where the device has no half
+# arithmetic (the OpenCL renderer converts their bits with the program's own helpers).
 _LANE_TYPES = frozenset(
-    {DType.INT8, DType.INT16, DType.INT32, DType.UINT8, DType.UINT16, DType.UINT32, DType.FLOAT32}
+    {
+        DType.INT8,
+        DType.INT16,
+        DType.INT32,
+        DType.UINT8,
+        DType.UINT16,
+        DType.UINT32,
+        DType.FLOAT16,
+        DType.FLOAT32,
+    }
 )
 
 
