@@ -187,7 +187,8 @@ def math_function(name: str, value: Value) -> Value:
             case "ceil":
                 result = np.ceil(x)
             case "round":
-                result = np.where(x < 0, -np.floor(-x + 0.5), np.floor(x + 0.5))
+                # halves away from zero, keeping the sign (of -0.0 too: C's round)
+                result = np.copysign(np.floor(np.abs(x) + 0.5), x)
             case "atan":
                 result = np.arctan(x)
             case _:

@@ -25,7 +25,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import tile
-from tests.lower.expressions import Evaluator, expressions
+from semtree.types import DType
+from tests.lower.expressions import Evaluator, Value, expressions, math_function
 from tests.lower.harness import LLVM_CPU, SCALAR, run_program, tiled
 from tests.lower.strategies import contractions, reference_contraction
 from tile.lower.flatten import flatten
@@ -124,3 +125,15 @@ def test_math_builtins_are_accurate(case: object, hardware: object) -> None:
 def _isnan(array: np.ndarray) -> np.ndarray:
     array = np.asarray(array)
     return np.isnan(array) if array.dtype.kind == "f" else np.zeros(array.shape, bool)
+
+
+def test_round_keeps_the_sign_of_zero() -> None:
+    """`round` of -0.0 and of -0.4 is -0.0 (C's round), in the generated code and in the
+    oracle of `test_math_builtins_are_accurate` alike (1 / -0.0 is -inf)."""
+    x = np.array([-0.0, -0.4, 0.4, 0.0, -2.5, 2.5], np.float32)
+    want = np.array([-np.inf, -np.inf, np.inf, np.inf, -1 / 3, 1 / 3])
+    with np.errstate(divide="ignore"):
+        got = run_program("function (X[N]) -> (O) { O = 1.0 / round(X); }", {"X": x})["O"]
+        oracle = 1.0 / math_function("round", Value(x, DType.FLOAT32)).data
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    np.testing.assert_allclose(oracle, want, rtol=1e-6)
