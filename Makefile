@@ -8,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test suites lint setup clean conformance-gpu stress fuzz intel-opencl \
+.PHONY: demo test suites lint setup clean conformance-gpu stress fuzz explore intel-opencl \
         test-opencl-all opencl-suites oclgrind docs
 
 setup: $(STAMP)
@@ -125,3 +125,7 @@ FUZZ_SEED ?= 20261125
 
 fuzz: $(STAMP)
 	$(PY) -m tests.fuzz --cases $(FUZZ_CASES) --seed $(FUZZ_SEED)
+
+# The property tests with new random examples on each run (`make test` draws fixed ones).
+explore: $(STAMP)
+	TILE_HYPOTHESIS_PROFILE=explore $(PY) -m pytest -q $$(grep -rl --include="test_*.py" "from hypothesis" tests)

@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -30,6 +31,14 @@ def run_script(code: str, *args: str, env: dict[str, str] | None = None) -> str:
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 
+
+# The property tests draw the same examples on every run, so a run's verdict depends on the code
+# alone: `make test` never turns red on a draw it had not seen before. `make explore` (the
+# profile "explore") draws new examples each run, to look for such cases; a case it finds is
+# pinned as a plain test.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.register_profile("explore", derandomize=False, print_blob=True)
+settings.load_profile(os.environ.get("TILE_HYPOTHESIS_PROFILE", "ci"))
 
 SHARED = Path(os.environ.get("TILE_SHARED", REPO.parent / "shared"))
 
