@@ -305,8 +305,9 @@ def division_helper(op: BinOp, type_: Type, helpers: Helpers) -> str:
 def round_to_half(value: Text, helpers: Helpers) -> Text:
     """A float (or double) value rounded to half precision and widened back to float: a cast
     to FLOAT16 on a device without native half (rule 7). A float goes through the program's
-    own conversions (`half_store`, `half_load`); a double through `vstore_half`/`vload_half`,
-    which round it once, where a float would round it twice."""
+    own conversions (`half_store`, `half_load`); a double, and a float3 (there is no ushort6),
+    through `vstore_half`/`vload_half`, which round a double once, where a float would round
+    it twice."""
     width = value.type.vec_width
     source = register_name(value.type)
     if element_dtype(value.type) is DType.FLOAT32 and width != 3:  # width 3: no ushort6
@@ -332,13 +333,8 @@ def half_load(base: str, offset: str, width: int, space: str, helpers: Helpers) 
     (width 1, 2, 4, 8 or 16), converted by helpers of the program from their bits, as
     `vload_half[N]` would: PoCL 3.0 calls `vload_half` out of line, 5x slower in a float16
     matmul. Only the element's alignment is assumed."""
-    prefix = f"{space} " if space else ""
-    convert = half_to_float(width, helpers)
-    if width == 1:
-        return f"{convert}(((const {prefix}ushort*)({base}))[{offset}])"
-    unaligned = helpers.unaligned(vector_name(DType.UINT16, width), 2)
-    start = f"(const {prefix}ushort*)({base}) + ({offset}) * {width}"
-    return f"{convert}(*(const {prefix}{unaligned}*)({start}))"
+    element = _half_bits(base, offset, width, f"const {space}".strip(), helpers)
+    return f"{half_to_float(width, helpers)}({element})"
 
 
 def half_store(value: str, base: str, offset: str, width: int, space: str, helpers: Helpers) -> str:
@@ -347,13 +343,20 @@ def half_store(value: str, base: str, offset: str, width: int, space: str, helpe
     even by a helper of the program, as `vstore_half[N]` would: PoCL 3.0 calls `vstore_half`
     out of line, one element at a time (storing a float16 result of 1000 x 1024 took 9.9 ms,
     2.3 ms so). Only the element's alignment is assumed."""
-    prefix = f"{space} " if space else ""
-    convert = float_to_half(width, helpers)
+    element = _half_bits(base, offset, width, space, helpers)
+    return f"{element} = {float_to_half(width, helpers)}({value});"
+
+
+def _half_bits(base: str, offset: str, width: int, qualifiers: str, helpers: Helpers) -> str:
+    """The lvalue of the `width` half bit patterns (ushort[N]) at elements [offset * width,
+    (offset + 1) * width) of the half pointer `base`, through a pointer with `qualifiers`
+    (address space, const) that assumes only the element's alignment."""
+    prefix = f"{qualifiers} " if qualifiers else ""
     if width == 1:
-        return f"(({prefix}ushort*)({base}))[{offset}] = {convert}({value});"
+        return f"(({prefix}ushort*)({base}))[{offset}]"
     unaligned = helpers.unaligned(vector_name(DType.UINT16, width), 2)
     start = f"({prefix}ushort*)({base}) + ({offset}) * {width}"
-    return f"*({prefix}{unaligned}*)({start}) = {convert}({value});"
+    return f"*({prefix}{unaligned}*)({start})"
 
 
 def float_to_half(width: int, helpers: Helpers) -> str:

@@ -165,17 +165,17 @@ class ExpressionRenderer(CPrinter):
             const = "const " if value is None else ""
             pointer, dtype = f"(({prefix}{const}ushort*)({pointer}))", DType.UINT16
             if value is None:
-                bits = self._lanes(ref, pointer, offset, dtype, None)
+                bits = self._lanes(ref, space, pointer, offset, dtype, None)
                 return f"{half_to_float(width, self.helpers)}({bits})"
             value = f"{float_to_half(width, self.helpers)}({value})"
-        return self._lanes(ref, pointer, offset, dtype, value)
+        return self._lanes(ref, space, pointer, offset, dtype, value)
 
-    def _lanes(self, ref: Lanes, pointer: str, offset: str, dtype: DType, value: str | None) -> str:
-        """`lanes` on the pointer text `pointer` to `dtype` elements."""
+    def _lanes(
+        self, ref: Lanes, space: str, pointer: str, offset: str, dtype: DType, value: str | None
+    ) -> str:
+        """`lanes` on the pointer text `pointer` to `dtype` elements in address space `space`."""
         width = ref.width
-        base = lvalue_type(ref.base, self.scope, self.native_fp16)
         scalar, vector = vector_name(dtype), vector_name(dtype, width)
-        space = REGIONS[base.region]
         unaligned = self.helpers.unaligned(vector, dtype.itemsize)
         prefix = f"{space} " if space else ""
         if ref.count is None:
