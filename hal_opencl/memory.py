@@ -96,7 +96,6 @@ class OpenCLBuffer(Buffer):
         self.cl_buffer = cl_buffer
         self.size = size
         self.arena = arena
-        self.owner: object = self if arena is None else arena
         self.offset = offset
         self._invalidate = invalidate  # WRITE_INVALIDATE_REGION exists (OpenCL 1.2 and later)
         self._flags = flags  # those it was made with (kept to remake it)
@@ -105,6 +104,12 @@ class OpenCLBuffer(Buffer):
         self._parked: np.ndarray | None = None
         self.park_order = 0 if arena is not None else 1
         queue.hold(self)
+
+    @property
+    def owner(self) -> object:
+        """What the bytes live in: the buffer itself, or its arena (a property, not a
+        reference to itself: that cycle would leave the buffer to the cyclic collector)."""
+        return self if self.arena is None else self.arena
 
     # ---- a renewed context (DeviceQueue.renew) -------------------------------------------
 

@@ -10,13 +10,16 @@ import numpy as np
 import pytest
 
 import tile
-from semtree.kernel import KernelKind
+from hal_opencl import RenderOptions, render_program
+from semtree.kernel import HardwareSettings, KernelKind
+from semtree.nodes import For, walk
 from tests.lower.harness import LLVM_CPU, SCALAR, run_program
 from tests.shipped import SHIPPED
 from tile.lower.generate import generate_program
 from tile.lower.tiles import STREAM_VECTORS, choose_tiles
 
 TRANSPOSE = "function (I[M, N]) -> (O) { O[n, m: N, M] = =(I[m, n]); }"
+OPTIONS = RenderOptions(device="test")
 PERMUTE = "function (I[A, B, C]) -> (O) { O[c, a, b: C, A, B] = =(I[a, b, c]); }"
 
 
@@ -99,3 +102,40 @@ def test_ragged_permutation() -> None:
     x = np.arange(3 * 7 * 19, dtype=np.int16).reshape(3, 7, 19)
     np.testing.assert_array_equal(run_program(PERMUTE, {"I": x})["O"], x.transpose(2, 0, 1))
     np.testing.assert_array_equal(tile.run(PERMUTE, {"I": x})["O"], x.transpose(2, 0, 1))
+
+
+OPENCL_CPU = HardwareSettings.opencl_cpu(
+    max_work_group_size=4096,
+    max_work_item_sizes=(4096, 4096, 4096),
+    max_compute_units=2,
+    preferred_vector_width_float=16,
+)
+MATMUL = "function (A[M, K], B[K, N]) -> (C) { C[m, n: M, N] = +(A[m, k] * B[k, n]); }"
+
+
+def _tile_loops(source: str, inputs: dict[str, np.ndarray], tag: str) -> list[str]:
+    """The counters of `tag`'s tile loops ("r" reads, "w" writes), outermost first."""
+    kernel_list = generate_program(tile.Function(source).bind(inputs), OPENCL_CPU)
+    (body,) = [k.body for k in kernel_list.kernels if k.kind is KernelKind.CONTRACTION]
+    return [node.var for node in walk(body) if isinstance(node, For) and node.var[1:2] == tag]
+
+
+def test_a_transposition_reads_its_tile_along_the_input() -> None:
+    """The tile fills along the input's contiguous dimension (vectors from whole lines) and
+    is written in output order; other kernels read in output order."""
+    x = np.zeros((100, 70), np.float32)
+    assert _tile_loops(TRANSPOSE, {"I": x}, "r") == ["tr1", "tr0"]
+    assert _tile_loops(TRANSPOSE, {"I": x}, "w") == ["tw0", "tw1"]
+    copy = "function (I[M, N]) -> (O) { O[m, n: M, N] = =(I[m, n]); }"
+    assert _tile_loops(copy, {"I": x}, "r") in ([], ["tr1"])
+
+
+def test_only_register_sized_tiles_unroll_in_opencl() -> None:
+    """`#pragma unroll` keeps a register tile in registers; a transposition's staging tile
+    (32 x 32 floats) cannot be, and unrolled it left PoCL's vectoriser gathers."""
+    x = np.zeros((100, 70), np.float32)
+    transposition = generate_program(tile.Function(TRANSPOSE).bind({"I": x}), OPENCL_CPU)
+    assert "#pragma unroll" not in render_program(transposition, OPTIONS).text
+    a, b = np.zeros((64, 48), np.float32), np.zeros((48, 64), np.float32)
+    matmul = generate_program(tile.Function(MATMUL).bind({"A": a, "B": b}), OPENCL_CPU)
+    assert "#pragma unroll" in render_program(matmul, OPTIONS).text

@@ -72,6 +72,7 @@ from tile.lower.ops import (
     identity,
     zero,
 )
+from tile.lower.tiles import read_order
 from tile.lower.widen import widen
 
 if TYPE_CHECKING:
@@ -167,6 +168,7 @@ class _GroupKernel:
         self.lane_counter = self.lane = ""
         self.over_rows = over_rows
         self.row: Expr | None = None  # the row counter under `over_rows`
+        self.read_order = read_order(flat, tiles)
 
     # ---- structure -----------------------------------------------------------------------------
 
@@ -189,19 +191,22 @@ class _GroupKernel:
             self.writer.bytes(),
         )
 
-    def tile_loops(self, tag: str, element: ElementBody) -> Stmt:
-        """Loops over the elements of the tile, one per tiled dimension (outermost first).
+    def tile_loops(self, tag: str, element: ElementBody, *, reading: bool = False) -> Stmt:
+        """Loops over the elements of the tile, one per tiled dimension: in output order, or
+        in `read_order` when `reading` (the tile's elements are laid out in that order).
 
         `element(tile)` gives the statements for one element, run only where the element is
         inside the shape, and statements to hoist to outer loop levels (level 0 is outside
         every tile loop): loads that do not depend on the inner loops.
         """
         tile = TileElement([], IntConst(0), [], set())
-        counters: list[tuple[str, int]] = []
+        order = self.read_order if reading else range(len(self.plan.shape))
+        nest = [d for d in order if self.tiles[d] > 1]
+        counters = [(self.writer.fresh(f"t{tag}{d}"), self.tiles[d]) for d in nest]
         declarations: dict[int, list[Stmt]] = {}
         strides: dict[int, int] = {}
         stride = 1
-        for dimension in reversed(range(len(self.plan.shape))):
+        for dimension in reversed(self.read_order):
             if self.tiles[dimension] > 1:
                 strides[dimension] = stride
                 stride *= self.tiles[dimension]
@@ -210,10 +215,8 @@ class _GroupKernel:
             value = self.grid.bases[dimension]
             level = 0
             if extent > 1:
-                counter = self.writer.fresh(f"t{tag}{dimension}")
-                counters.append((counter, extent))
-                level = len(counters)
-                offset = Load(Lookup(counter))
+                level = nest.index(dimension) + 1
+                offset = Load(Lookup(counters[level - 1][0]))
                 value = affine([(1, value), (1, offset)])
                 tile_terms.append((strides[dimension], offset))
             declaration, coordinate = self.writer.declare(
@@ -271,7 +274,7 @@ class _GroupKernel:
             target = outer_guards if used <= set(reductions) else self.inner_guards
             target.append(constraint)
         self.lane_stop = self.lanes
-        body: Stmt = self.tile_loops("r", self.contribute)
+        body: Stmt = self.tile_loops("r", self.contribute, reading=True)
         tail: Stmt | None = None
         remainder = flat.ranges[self.lane_k] % self.lanes if self.lanes > 1 else 0
         if remainder:  # the last, partial step of the lanes: lanes below the remainder

@@ -78,9 +78,11 @@ class Device:
         return self._runtime
 
     def clear_cache(self) -> None:
-        """Forget every compiled program of this device (they are rebuilt on next use)."""
+        """Forget every compiled program of this device (they are rebuilt on next use) and
+        release the buffers it keeps for the outputs of later calls."""
         if self._runtime is not None:
             self._runtime.programs.clear()
+            self._runtime.pool.clear()
 
     def __repr__(self) -> str:
         state = "" if self.available else " (unavailable)"

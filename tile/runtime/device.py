@@ -29,8 +29,9 @@ leaves every tensor and the program as they were.
 from __future__ import annotations
 
 import atexit
+import sys
 import threading
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from queue import SimpleQueue
 from typing import TYPE_CHECKING
@@ -45,6 +46,7 @@ from hal.interfaces import read_only_view
 from tile.errors import BackendCompileError, ExecutionError, TileOutOfMemory, TileUnsupported
 from tile.runtime import debug
 from tile.runtime.cache import PROGRAM_CACHE_SIZE, LRUCache
+from tile.runtime.pool import POOL_MIN_BYTES, BufferPool
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -138,15 +140,31 @@ class BufferState:
     """One buffer and the events that order access to it (module docstring). Mutated only
     under the owning device's lock."""
 
-    __slots__ = ("buffer", "contents", "last_write", "nbytes", "prune_at", "reads")
+    __slots__ = ("buffer", "contents", "last_write", "nbytes", "pool", "prune_at", "reads")
 
-    def __init__(self, buffer: Buffer, nbytes: int, contents: Contents | None = None) -> None:
+    def __init__(
+        self,
+        buffer: Buffer,
+        nbytes: int,
+        contents: Contents | None = None,
+        pool: BufferPool | None = None,
+    ) -> None:
         self.buffer = buffer
         self.nbytes = nbytes  # the bytes in use (the buffer may be larger)
         self.contents = contents or Contents.raw(nbytes)
         self.last_write: Event | None = None
         self.reads: list[Event] = []
         self.prune_at = READS_KEPT  # prune completed readers when there are more than this
+        self.pool = pool  # where the buffer goes when this state dies (BufferPool)
+
+    def __del__(self, getrefcount: Callable[[object], int] = sys.getrefcount) -> None:
+        pool = self.pool
+        # Only a buffer that nothing else holds (no view, no launch): its references are
+        # this slot and getrefcount's argument.
+        if pool is not None and getrefcount(self.buffer) == 2:
+            pending = [self.last_write, *self.reads] if self.last_write else self.reads
+            with suppress(Exception):  # at interpreter exit: the buffer is simply released
+                pool.give(self.buffer, self.nbytes, pending)
 
     def read_deps(self) -> list[Event]:
         """What a reader must wait for: the last writer, unless it finished successfully."""
@@ -279,6 +297,7 @@ class DeviceRuntime:
         self.lock = threading.Lock()
         self.programs: LRUCache[ProgramKey, CompiledProgram] = LRUCache(PROGRAM_CACHE_SIZE)
         self.host = HostQueue(device.id)
+        self.pool = BufferPool()
         self._fingerprint: str | None = None
 
     @property
@@ -288,18 +307,31 @@ class DeviceRuntime:
             self._fingerprint = self.device.settings.fingerprint()
         return self._fingerprint
 
-    def allocate(self, nbytes: int, contents: Contents | None = None) -> BufferState:
-        """A new buffer of `nbytes` bytes (contents undefined) with an empty state; raises
-        TileOutOfMemory, naming `contents`, when the device cannot allocate it."""
-        try:
-            buffer = self.executor.allocate(nbytes)
-        except OutOfMemoryError as error:
-            raise out_of_memory(error, contents or Contents.raw(nbytes)) from error
-        except HalError as error:
-            raise execution_error(
-                error, f"allocating {nbytes} bytes on {self.device.id}"
-            ) from error
-        return BufferState(buffer, nbytes, contents)
+    def allocate(
+        self, nbytes: int, contents: Contents | None = None, *, recycled: bool = False
+    ) -> BufferState:
+        """A buffer of `nbytes` bytes (contents undefined) with an empty state; raises
+        TileOutOfMemory, naming `contents`, when the device cannot allocate it, even after
+        releasing the kept buffers. `recycled`: the buffer may be one a dead output left in
+        the device's pool, and returns there when this state dies (a call's outputs)."""
+        buffer = self.pool.take(nbytes) if recycled and nbytes >= POOL_MIN_BYTES else None
+        if buffer is None:
+            try:
+                try:
+                    buffer = self.executor.allocate(nbytes)
+                except OutOfMemoryError:
+                    if not self.pool.nbytes:
+                        raise
+                    self.pool.clear()
+                    buffer = self.executor.allocate(nbytes)
+            except OutOfMemoryError as error:
+                raise out_of_memory(error, contents or Contents.raw(nbytes)) from error
+            except HalError as error:
+                raise execution_error(
+                    error, f"allocating {nbytes} bytes on {self.device.id}"
+                ) from error
+        pool = self.pool if recycled and nbytes >= POOL_MIN_BYTES else None
+        return BufferState(buffer, nbytes, contents, pool)
 
     def read(self, state: BufferState) -> np.ndarray:
         """A copy of `state`'s bytes, as a new 1-D uint8 array, after its last writer (5.5).

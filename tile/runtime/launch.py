@@ -54,7 +54,7 @@ def launch(
                 outputs[plan.name] = tensors[plan.input]  # returned unchanged
                 continue
             contents, entry = program.output_parts[plan.name]
-            state = device.runtime.allocate(plan.nbytes, contents)
+            state = device.runtime.allocate(plan.nbytes, contents, recycled=True)
             tensor = Tensor._over(device, plan.shape.dims, plan.dtype, state, entry)
         outputs[plan.name] = tensor
         states[plan.name] = (tensor._state, tensor.dtype)
