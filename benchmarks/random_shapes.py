@@ -12,7 +12,8 @@ The public workloads have round sizes; this draws the shapes a model would meet 
 Every case is checked against float64 numpy first (a wrong answer fails the run), then
 timed in interleaved rounds: ours (inputs resident on the device, one call and the wait for
 its output), the natural numpy expression and, where PyTorch is importable, torch's; where
-tinygrad is importable and PoCL present, tinygrad's on PoCL too (benchmarks/tinygrad_peer.py,
+tinygrad is importable, tinygrad's too, on the device's OpenCL driver where that is Intel's
+CPU runtime, else on PoCL (benchmarks/tinygrad_peer.py,
 issue 12's yardstick; `--no-tinygrad` leaves it out). The table gives `ours / torch` (and
 `ours / numpy`, `ours / tinygrad`) per case: below 1 is faster. The geometric means and the
 worst cases close the report.
@@ -36,7 +37,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from run import median_times  # benchmarks/run.py: the same interleaved rounds
-from tinygrad_peer import tinygrad_call
+from tinygrad_peer import driver_of, tinygrad_call
 
 import tile
 
@@ -244,7 +245,8 @@ def main() -> int:
                         case.torch_fn(**prepared)
 
                 calls.append(torch_call)
-            tinygrad_fn = tinygrad_call(case.tinygrad_fn if args.tinygrad else None, case.inputs)
+            expression = case.tinygrad_fn if args.tinygrad else None
+            tinygrad_fn = tinygrad_call(expression, case.inputs, driver_of(device))
             calls += [tinygrad_fn] if tinygrad_fn is not None else []
             ours_s, numpy_s, *peer_s = median_times(calls, args.rounds, args.budget)
             numpy_ratios.append(ours_s / numpy_s)
@@ -263,7 +265,8 @@ def main() -> int:
             )
     geomean = math.exp(statistics.fmean(math.log(r) for r in numpy_ratios))
     print(f"ours / numpy: geomean {geomean:.2f}")
-    for peer, ratios in (("torch", torch_ratios), ("tinygrad on PoCL", tinygrad_ratios)):
+    tinygrad = f"tinygrad on {driver_of(device)}"
+    for peer, ratios in (("torch", torch_ratios), (tinygrad, tinygrad_ratios)):
         if ratios:
             geomean = math.exp(statistics.fmean(math.log(r) for r, _ in ratios))
             worst, name = max(ratios)

@@ -7,8 +7,9 @@ and print both medians and the speed ratio `numpy time / our time` (> 1: faster 
 The `plaidml` column is PlaidML 0.7.0's ratio to numpy on the machine of that README. Where
 PyTorch is importable (it is not a dependency: `pip install torch` into the venv), its
 natural expression is timed in the same rounds and `torch` gives `torch time / our time`;
-where tinygrad is importable and PoCL present, `tinygrad` gives tinygrad-on-PoCL's time / our
-time (benchmarks/tinygrad_peer.py). The last line holds the geomeans of those ratios.
+where tinygrad is importable, `tinygrad` gives tinygrad's time / our time, tinygrad on the
+device's own OpenCL driver (Intel's CPU runtime for a device on it), else on PoCL
+(benchmarks/tinygrad_peer.py). The last line holds the geomeans of those ratios.
 
 Run: `.venv/bin/python benchmarks/run.py [--device ID] [--filter NAME] [--rounds N]`.
 """
@@ -28,7 +29,7 @@ os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np
-from tinygrad_peer import tinygrad_call  # benchmarks/: the script's own directory
+from tinygrad_peer import driver_of, tinygrad_call  # benchmarks/: the script's own directory
 
 import tile
 
@@ -127,7 +128,7 @@ def main() -> int:
         calls = [ours, numpy_call]
         torch_fn = torch_call(workload, arrays)
         expression = getattr(workload, "tinygrad_fn", None) if args.tinygrad else None
-        tinygrad_fn = tinygrad_call(expression, arrays)
+        tinygrad_fn = tinygrad_call(expression, arrays, driver_of(device))
         peer_calls = {"torch": torch_fn, "tinygrad": tinygrad_fn}
         calls += [c for c in peer_calls.values() if c is not None]
         ours_s, numpy_s, *peer_s = median_times(calls, args.rounds, args.budget)
@@ -150,8 +151,8 @@ def main() -> int:
     print(
         "ratio = numpy time / our time (> 1 is faster than numpy); plaidml = the same for "
         "PlaidML 0.7.0 llvm_cpu from the baseline README; torch = torch time / our time "
-        "(> 1 is faster than PyTorch), tinygrad the same for tinygrad on PoCL, measured in the "
-        "same rounds"
+        "(> 1 is faster than PyTorch), tinygrad the same for tinygrad (on "
+        f"{driver_of(device)}), measured in the same rounds"
     )
     for name, ratios in geomeans.items():
         if ratios:
