@@ -128,3 +128,36 @@ def test_half_and_mixed_products_on_the_devices(
         case = Case("half", source, inputs(source, m, k, n, dtypes, seed=m + n))
         outcome = check(case, devices[device_id])
         assert outcome.kind == "ok", (m, k, n, outcome)
+
+
+@pytest.mark.parametrize("source", list(SHAPES), ids=IDS)
+def test_a_blocked_half_product_goes_through_float32_and_panels(source: str) -> None:
+    """Where the float32 product walks its reduction in blocks (tile.lower.vector_blocks),
+    which needs a float32 output, a float16 one goes through a float32 result too, and the
+    float copy of B is packed in panels (matmul 1024 on llvm_cpu: 2.7x the float32 time,
+    1.1x so)."""
+    x = inputs(source, 33, 515, 1024, ("float16", "float16"))
+    assert suffixes(source, x, LLVM_CPU) == ["a", "b", "panels", "half"]
+
+
+@pytest.mark.parametrize("device_id", SHIPPED)
+@pytest.mark.parametrize(
+    ("source", "dtypes", "size"),
+    [
+        (NN, ("float16", "float16"), (33, 515, 1024)),
+        (TN, ("float16", "float16"), (24, 520, 1030)),
+        (BATCHED, ("float16", "float16"), (24, 520, 1030)),
+        (NN, ("float16", "float32"), (24, 520, 1030)),
+    ],
+    ids=["nn", "tn", "batched", "nn-mixed"],
+)
+def test_blocked_half_products_on_the_devices(
+    device_id: str,
+    source: str,
+    dtypes: tuple[str, str],
+    size: tuple[int, int, int],
+    devices: dict,
+) -> None:
+    case = Case("half", source, inputs(source, *size, dtypes, seed=sum(size)))
+    outcome = check(case, devices[device_id])
+    assert outcome.kind == "ok", (size, outcome)

@@ -4,6 +4,9 @@ else holds them, and the reused bytes never show through in a result."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import weakref
 
 import numpy as np
@@ -11,6 +14,7 @@ import pytest
 
 import tile
 from hal.events import SettableEvent
+from tests.conftest import REPO
 from tests.shipped import SHIPPED, require_opencl
 from tile.runtime.pool import POOL_MIN_BYTES, BufferPool
 
@@ -122,3 +126,35 @@ def test_live_outputs_and_held_buffers_are_never_reused(device_id: str) -> None:
     np.testing.assert_array_equal(np.asarray(kept), _expected(ones))
     np.testing.assert_array_equal(np.asarray(third), _expected(twos))
     device.clear_cache()
+
+
+EXIT_SCRIPT = """
+import sys
+import numpy as np
+import tile
+device = tile.device(sys.argv[1])
+function = tile.Function("function (I[M, N]) -> (O) { O[n, m: N, M] = =(I[m, n]); }")
+x = np.ones((700, 600), np.float32)
+first = function(device=device, I=x)["O"]
+second = function(device=device, I=x)["O"]  # still running, maybe, at exit
+first.wait()
+del first
+assert device.runtime.pool.nbytes > 0
+"""
+
+
+@pytest.mark.parametrize("device_id", SHIPPED)
+def test_a_process_exits_cleanly_with_buffers_in_the_pool(device_id: str) -> None:
+    if device_id.startswith("opencl"):
+        require_opencl()
+    environment = {**os.environ, "PYTHONPATH": str(REPO)}
+    for _ in range(3):
+        done = subprocess.run(
+            [sys.executable, "-c", EXIT_SCRIPT, device_id],
+            cwd=REPO,
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert (done.returncode, done.stderr) == (0, "")

@@ -47,10 +47,12 @@ if TYPE_CHECKING:
 
     from semtree.kernel import HardwareSettings
     from semtree.nodes import Function
+    from semtree.types import TensorShape
     from tile.bind.program import BoundProgram
     from tile.lower.contract import GeneratedBody
     from tile.lower.flat import FlatContraction
     from tile.lower.fuse import KernelPlan
+    from tile.lower.split import Split
 
 KIND = {
     PlanKind.CONTRACTION: KernelKind.CONTRACTION,
@@ -140,17 +142,24 @@ def generate_program(
                             bodies,
                         )
                     )
+                    copied = before.suffix.startswith("to_float")
                     kernel_plan, flat = before.then
                     made += 1  # and of the other float16 operand, where it pays
                     buffer = f"_F{index}_{made}"
                     before = float_copy(kernel_plan, flat, context, settings, buffer)
-                if settings.threads == 1:  # a float16 result through float32 (at the end)
+                    if before is None and copied and after is None:
+                        # The float32 copies made: a float16 result through float32 (at the
+                        # end), and then B in panels where the float32 product blocks.
+                        after = float_output(kernel_plan, flat, context, settings, f"_O{index}")
+                        if after is not None:
+                            context, kernel_plan, flat = _through(after, shapes, temporaries)
+                            before = pack_operand(
+                                kernel_plan, flat, context, settings, f"_B{index}"
+                            )
+                if settings.threads == 1 and after is None:  # the same without copies
                     after = float_output(kernel_plan, flat, context, settings, f"_O{index}")
-                if after is not None:
-                    context = after.context
-                    shapes[after.buffer] = context.shapes[after.buffer]
-                    temporaries.append(after.buffer)
-                    kernel_plan, flat = after.first
+                    if after is not None:
+                        context, kernel_plan, flat = _through(after, shapes, temporaries)
                 # CPU fast path: register-tiled vector kernels for plain +(A * B).
                 vector = None
                 if settings.threads == 1:
@@ -340,6 +349,18 @@ def _tiles(
         crosswise=crosswise,
         streams=streams,
     )
+
+
+def _through(
+    after: Split, shapes: dict[str, TensorShape], temporaries: list[str]
+) -> tuple[ProgramContext, KernelPlan, FlatContraction | None]:
+    """Take the float32 temporary of `after` (tile.lower.pack.float_output): the context
+    that has it, and the plan and contraction writing it."""
+    context = after.context
+    shapes[after.buffer] = context.shapes[after.buffer]
+    temporaries.append(after.buffer)
+    kernel_plan, flat = after.first
+    return context, kernel_plan, flat
 
 
 def _copy_source(plan: KernelPlan, context: ProgramContext) -> str | None:
