@@ -188,8 +188,7 @@ class OpenCLRenderer(ExpressionRenderer):
         for node in walk(stmt):
             if isinstance(node, Subscript | Lanes) and isinstance(node.base, Lookup):
                 array = self.scope.get(node.base.name)
-                private = array is not None and array.is_array and array.region is Region.PRIVATE
-                if private and array.array > UNROLL_LIMIT:
+                if array is not None and in_memory(array):
                     return False
         return True
 
@@ -213,17 +212,18 @@ class OpenCLRenderer(ExpressionRenderer):
         pad = self.indent * depth
         type_, name, init = stmt.type, stmt.name, stmt.init
         hoisted = name in self._hoisted and type_.region is Region.LOCAL
+        head = pad + self.declaration(type_, name)
+        if not type_.is_array and init is not None:
+            value = self.stored(init, type_).code
+            return [f"{pad}{name} = {value};"] if hoisted else [f"{head} = {value};"]
         if hoisted:
             heads = []
-        elif type_.is_array and type_.array > UNROLL_LIMIT and type_.region is Region.PRIVATE:
+        elif in_memory(type_):
             heads = self.memory_array(type_, name, depth)
         else:
-            heads = [pad + self.declaration(type_, name) + ";"]
+            heads = [head + ";"]
         if init is None:
             return heads
-        if not type_.is_array:
-            value = self.stored(init, type_).code
-            return [f"{pad}{name} = {value};"] if hoisted else [f"{heads[0][:-1]} = {value};"]
         value = self.stored(init, type_.element()).code
         counter = f"{name}_fill"
         loop = f"for (int {counter} = 0; {counter} < {type_.array}; {counter} += 1)"
@@ -270,6 +270,12 @@ class OpenCLRenderer(ExpressionRenderer):
             return Text(f"-{mask.at(UNARY)}", UNARY, target)  # -1 lanes become char 1
         register = value_type(target, self.native_fp16)
         return self.typed(value, self._render(value), register)
+
+
+def in_memory(type_: Type) -> bool:
+    """A private array larger than registers could hold once its loops unroll
+    (`UNROLL_LIMIT` elements): it stays in memory."""
+    return type_.is_array and type_.array > UNROLL_LIMIT and type_.region is Region.PRIVATE
 
 
 def unrolled_size(stmt: Stmt) -> float:

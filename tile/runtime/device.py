@@ -140,31 +140,15 @@ class BufferState:
     """One buffer and the events that order access to it (module docstring). Mutated only
     under the owning device's lock."""
 
-    __slots__ = ("buffer", "contents", "last_write", "nbytes", "pool", "prune_at", "reads")
+    __slots__ = ("buffer", "contents", "last_write", "nbytes", "prune_at", "reads")
 
-    def __init__(
-        self,
-        buffer: Buffer,
-        nbytes: int,
-        contents: Contents | None = None,
-        pool: BufferPool | None = None,
-    ) -> None:
+    def __init__(self, buffer: Buffer, nbytes: int, contents: Contents | None = None) -> None:
         self.buffer = buffer
         self.nbytes = nbytes  # the bytes in use (the buffer may be larger)
         self.contents = contents or Contents.raw(nbytes)
         self.last_write: Event | None = None
         self.reads: list[Event] = []
         self.prune_at = READS_KEPT  # prune completed readers when there are more than this
-        self.pool = pool  # where the buffer goes when this state dies (BufferPool)
-
-    def __del__(self, getrefcount: Callable[[object], int] = sys.getrefcount) -> None:
-        pool = self.pool
-        # Only a buffer that nothing else holds (no view, no launch): its references are
-        # this slot and getrefcount's argument.
-        if pool is not None and getrefcount(self.buffer) == 2:
-            pending = [self.last_write, *self.reads] if self.last_write else self.reads
-            with suppress(Exception):  # at interpreter exit: the buffer is simply released
-                pool.give(self.buffer, self.nbytes, pending)
 
     def read_deps(self) -> list[Event]:
         """What a reader must wait for: the last writer, unless it finished successfully."""
@@ -200,6 +184,27 @@ class BufferState:
 
     def __repr__(self) -> str:
         return f"<BufferState {self.nbytes} bytes, {len(self.reads)} readers>"
+
+
+class PooledState(BufferState):
+    """The state of a call's output whose buffer goes to `pool` when the state dies (a
+    subclass, so that other states pay no `__del__`)."""
+
+    __slots__ = ("pool",)
+
+    def __init__(
+        self, buffer: Buffer, nbytes: int, contents: Contents | None, pool: BufferPool
+    ) -> None:
+        super().__init__(buffer, nbytes, contents)
+        self.pool = pool
+
+    def __del__(self, getrefcount: Callable[[object], int] = sys.getrefcount) -> None:
+        # Only a buffer that nothing else holds (no view, no launch): its references are
+        # this slot and getrefcount's argument.
+        if getrefcount(self.buffer) == 2:
+            pending = [self.last_write, *self.reads] if self.last_write else self.reads
+            with suppress(Exception):  # at interpreter exit: the buffer is simply released
+                self.pool.give(self.buffer, self.nbytes, pending)
 
 
 # ---- host jobs ------------------------------------------------------------------------------
@@ -314,7 +319,8 @@ class DeviceRuntime:
         TileOutOfMemory, naming `contents`, when the device cannot allocate it, even after
         releasing the kept buffers. `recycled`: the buffer may be one a dead output left in
         the device's pool, and returns there when this state dies (a call's outputs)."""
-        buffer = self.pool.take(nbytes) if recycled and nbytes >= POOL_MIN_BYTES else None
+        pooled = recycled and nbytes >= POOL_MIN_BYTES
+        buffer = self.pool.take(nbytes) if pooled else None
         if buffer is None:
             try:
                 try:
@@ -330,8 +336,9 @@ class DeviceRuntime:
                 raise execution_error(
                     error, f"allocating {nbytes} bytes on {self.device.id}"
                 ) from error
-        pool = self.pool if recycled and nbytes >= POOL_MIN_BYTES else None
-        return BufferState(buffer, nbytes, contents, pool)
+        if pooled:
+            return PooledState(buffer, nbytes, contents, self.pool)
+        return BufferState(buffer, nbytes, contents)
 
     def read(self, state: BufferState) -> np.ndarray:
         """A copy of `state`'s bytes, as a new 1-D uint8 array, after its last writer (5.5).

@@ -30,20 +30,15 @@ class BufferPool:
     def __init__(self, capacity: int = POOL_BYTES) -> None:
         self.capacity = capacity
         self._lock = threading.RLock()  # `give` runs in __del__, maybe inside `take`
-        self._free: dict[int, list[tuple[Buffer, list[Event]]]] = {}
-        self._order: list[tuple[int, Buffer]] = []  # oldest first, for eviction
+        self._kept: list[tuple[int, Buffer, list[Event]]] = []  # oldest first
         self._bytes = 0
 
     def take(self, nbytes: int) -> Buffer | None:
         """A kept buffer of `nbytes` bytes that no command uses any more, or None."""
         with self._lock:
-            entries = self._free.get(nbytes)
-            if not entries:
-                return None
-            for at, (buffer, pending) in enumerate(entries):
-                if all(event.is_complete for event in pending):
-                    del entries[at]
-                    self._order = [kept for kept in self._order if kept[1] is not buffer]
+            for at, (size, buffer, pending) in enumerate(self._kept):
+                if size == nbytes and all(event.is_complete for event in pending):
+                    del self._kept[at]
                     self._bytes -= nbytes
                     return buffer
             return None
@@ -54,20 +49,15 @@ class BufferPool:
         if nbytes < POOL_MIN_BYTES or nbytes > self.capacity:
             return
         with self._lock:
-            self._free.setdefault(nbytes, []).append((buffer, list(pending)))
-            self._order.append((nbytes, buffer))
+            self._kept.append((nbytes, buffer, list(pending)))
             self._bytes += nbytes
             while self._bytes > self.capacity:
-                size, oldest = self._order.pop(0)
-                entries = self._free[size]
-                entries[:] = [entry for entry in entries if entry[0] is not oldest]
-                self._bytes -= size
+                self._bytes -= self._kept.pop(0)[0]
 
     def clear(self) -> None:
         """Release every kept buffer."""
         with self._lock:
-            self._free.clear()
-            self._order.clear()
+            self._kept.clear()
             self._bytes = 0
 
     @property
