@@ -272,6 +272,10 @@ class HardwareSettings:
     # Transpose 4096 on an Intel Xeon (Emerald Rapids), ms for sides 8 / 16 / 32: llvm_cpu
     # 32-37 / 51 / 41-48; PoCL 70 / 50 / 35; Intel's runtime 58-63 / 38-40 / 30-34.
     transpose_tile: int = 8
+    # The (rows, vectors) of the register-tiled kernel (tile.lower.vector) that a measured
+    # search chose for the contraction at hand (tile.runtime.tune); None: the cost model's.
+    # Set per kernel plan by the generator, never on a device.
+    register_tile: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "goal_dim_sizes", tuple(self.goal_dim_sizes))
@@ -286,12 +290,19 @@ class HardwareSettings:
             raise ValueError(f"{self.threads} threads > max_work_group_size")
         if len(self.goal_dim_sizes) != 3 or min(self.goal_dim_sizes) < 1:
             raise ValueError(f"goal_dim_sizes {self.goal_dim_sizes}")
+        if self.register_tile is not None:
+            object.__setattr__(self, "register_tile", tuple(self.register_tile))
+            if len(self.register_tile) != 2 or min(self.register_tile) < 1:
+                raise ValueError(f"register_tile {self.register_tile}")
 
     def fingerprint(self) -> str:
-        """A readable, stable string naming every field: part of the program cache key."""
+        """A readable, stable string naming every field that is set: part of the program cache
+        key."""
         parts = []
         for item in fields(self):
             value = getattr(self, item.name)
+            if value is None:
+                continue
             if isinstance(value, tuple):
                 value = "x".join(str(part) for part in value)
             elif isinstance(value, bool):

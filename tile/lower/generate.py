@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from tile.lower.flat import FlatContraction
     from tile.lower.fuse import KernelPlan
     from tile.lower.split import Split
+    from tile.lower.tuning import Tuning
 
 KIND = {
     PlanKind.CONTRACTION: KernelKind.CONTRACTION,
@@ -63,9 +64,14 @@ KIND = {
 
 
 def generate_program(
-    bound: BoundProgram, settings: HardwareSettings, *, name_prefix: str = "tile"
+    bound: BoundProgram,
+    settings: HardwareSettings,
+    *,
+    name_prefix: str = "tile",
+    tuning: Tuning | None = None,
 ) -> KernelList:
-    """The kernels computing `bound` on a device described by `settings`."""
+    """The kernels computing `bound` on a device described by `settings`, with the register
+    tiles `tuning` chose (and the contractions that have a choice noted in it)."""
     plan = plan_program(bound)
     for buffer, shape in plan.shapes.items():
         check_size(buffer, shape)
@@ -111,24 +117,25 @@ def generate_program(
                 contraction = kernel_plan.contraction
                 if contraction is not None:
                     flat = flatten(contraction, bound.bindings)
+                chosen = settings  # with a register tile a measured search chose, if any
+                if tuning is not None and flat is not None and settings.threads == 1:
+                    chosen = tuning.settings_for(flat, name, settings)
                 before = None  # a kernel filling a temporary that this one reads
                 if settings.threads == 1:
                     before = split_reduction(
-                        kernel_plan, flat, context, settings, f"_P{index}"
-                    ) or pack_operand(kernel_plan, flat, context, settings, f"_B{index}")
-                    before = before or float_copy(
-                        kernel_plan, flat, context, settings, f"_F{index}"
-                    )
+                        kernel_plan, flat, context, chosen, f"_P{index}"
+                    ) or pack_operand(kernel_plan, flat, context, chosen, f"_B{index}")
+                    before = before or float_copy(kernel_plan, flat, context, chosen, f"_F{index}")
                 made = 0  # float32 copies of operands (tile.lower.pack.float_copy)
                 while before is not None:  # the first kernel now; the second below, as usual
                     context = before.context
                     shapes[before.buffer] = context.shapes[before.buffer]
                     temporaries.append(before.buffer)
                     first_plan, first_flat = before.first
-                    first_tiles = _tiles(first_plan, first_flat, settings)
+                    first_tiles = _tiles(first_plan, first_flat, chosen)
                     first_name = f"{name}_{before.suffix}"
                     generated = generate_group(
-                        first_plan, first_flat, context, settings, first_tiles, first_name
+                        first_plan, first_flat, context, chosen, first_tiles, first_name
                     )
                     kernels.append(
                         _info(
@@ -146,29 +153,27 @@ def generate_program(
                     kernel_plan, flat = before.then
                     made += 1  # and of the other float16 operand, where it pays
                     buffer = f"_F{index}_{made}"
-                    before = float_copy(kernel_plan, flat, context, settings, buffer)
+                    before = float_copy(kernel_plan, flat, context, chosen, buffer)
                     if before is None and copied and after is None:
                         # The float32 copies made: a float16 result through float32 (at the
                         # end), and then B in panels where the float32 product blocks.
-                        after = float_output(kernel_plan, flat, context, settings, f"_O{index}")
+                        after = float_output(kernel_plan, flat, context, chosen, f"_O{index}")
                         if after is not None:
                             context, kernel_plan, flat = _through(after, shapes, temporaries)
-                            before = pack_operand(
-                                kernel_plan, flat, context, settings, f"_B{index}"
-                            )
+                            before = pack_operand(kernel_plan, flat, context, chosen, f"_B{index}")
                 if settings.threads == 1 and after is None:  # the same without copies
-                    after = float_output(kernel_plan, flat, context, settings, f"_O{index}")
+                    after = float_output(kernel_plan, flat, context, chosen, f"_O{index}")
                     if after is not None:
                         context, kernel_plan, flat = _through(after, shapes, temporaries)
                 # CPU fast path: register-tiled vector kernels for plain +(A * B).
                 vector = None
                 if settings.threads == 1:
-                    vector = generate_vector_contraction(kernel_plan, flat, context, settings, name)
+                    vector = generate_vector_contraction(kernel_plan, flat, context, chosen, name)
                 if vector is not None:
                     tiles, generated = vector.tile, vector
                 else:
-                    tiles = _tiles(kernel_plan, flat, settings)
-                    generated = generate_group(kernel_plan, flat, context, settings, tiles, name)
+                    tiles = _tiles(kernel_plan, flat, chosen)
+                    generated = generate_group(kernel_plan, flat, context, chosen, tiles, name)
             case PlanKind.SCATTER:
                 generated = generate_scatter(kernel_plan, context, settings, name)
             case _:

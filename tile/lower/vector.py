@@ -136,19 +136,30 @@ def vector_shape(flat: FlatContraction, vec_size: int, half: bool = False) -> _S
     return None
 
 
-def _tile(flat: FlatContraction, shape: _Shape, settings: HardwareSettings) -> tuple[int, int]:
+# Register tiles (rows, vectors) by vector width: the cost model's first, then the others a
+# measured search tries (`tile.lower.tuning.tile_candidates`). Wide vectors have 32
+# registers (AVX-512), the others 16; each tile leaves some for B's vectors and A's broadcast.
+TILES = {
+    16: ((6, 4), (8, 3), (4, 6), (12, 2), (4, 4), (3, 8)),
+    4: ((6, 2), (4, 3), (3, 4), (8, 1), (4, 2), (12, 1)),
+    1: ((4, 8), (8, 4), (2, 8), (4, 4)),
+}
+
+
+def tile_shapes(width: int) -> tuple[tuple[int, int], ...]:
+    return TILES[16 if width >= 16 else 4 if width >= 4 else 1]
+
+
+def model_tile(flat: FlatContraction, shape: _Shape, settings: HardwareSettings) -> tuple[int, int]:
     """(rows, vectors) of the register tile: 12-28 accumulators in 32 zmm registers, 12 in
-    16 ymm ones, NV >= 2 where the output is that wide (PERFORMANCE.md 2.1)."""
-    width = shape.width
-    if width >= 16:
-        rows, vectors = 6, 4
-    elif width >= 4:
-        rows, vectors = 6, 2
-    else:
-        rows, vectors = 4, 8
-    columns = -(-flat.ranges[shape.j] // width)
+    16 ymm ones, NV >= 2 where the output is that wide (PERFORMANCE.md 2.1); or the tile a
+    measured search chose (`settings.register_tile`), within the output."""
+    columns = -(-flat.ranges[shape.j] // shape.width)
+    rows, vectors = settings.register_tile or tile_shapes(shape.width)[0]
     vectors = max(1, min(vectors, columns))
     rows = max(1, min(rows, flat.ranges[shape.i]))
+    if settings.register_tile is not None:
+        return rows, vectors
     others = product(flat.ranges[k] for k in range(flat.outputs) if k not in (shape.i, shape.j))
     # Enough work-groups for every core: smaller tiles before idle threads.
     while rows > 1 and _groups(flat, shape, rows, vectors, others) < 2 * settings.goal_groups:
@@ -206,7 +217,7 @@ def register_tiles(
     shape: _Shape,
 ) -> tuple[int, int, Blocking | None]:
     """(rows, vectors) of the register tile and how its work-groups block the reduction."""
-    rows, vectors = _tile(flat, shape, settings)
+    rows, vectors = model_tile(flat, shape, settings)
     out_buffer = context.buffer_of[flat.output.tensor]
     stored = [context.buffer_of[tensor] for tensor in plan.stores]
     tile = (rows, vectors, shape.width)

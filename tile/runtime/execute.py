@@ -19,7 +19,7 @@ import numpy as np
 
 from hal.errors import HalError
 from tile.lower.schedule import OutputSource, make_schedule
-from tile.runtime import debug, store
+from tile.runtime import debug, store, tune
 from tile.runtime.cache import tensor_entry
 
 if TYPE_CHECKING:
@@ -44,6 +44,7 @@ class CompiledProgram:
     kernels: list[Kernel]  # prepared, index-aligned with kernel_list.kernels
     schedule: Schedule
     compile_seconds: float
+    storable: bool = True  # False: not for the disk cache (tile.runtime.tune ran out of time)
     # Buffers the program owns, allocated on the first run and reused by every run (their
     # states order overlapping runs, 8.8): temporaries, then scratch buffers by slot for
     # outputs bound to tensors of another dtype.
@@ -85,7 +86,11 @@ def compile_program(
 
     start = time.perf_counter()
     device = runtime.device
-    kernel_list = generate_program(bound, device.settings)
+    complete = True  # False: a search of register tiles ran out of time (tile.runtime.tune)
+    if tune.enabled():
+        kernel_list, complete = tune.generate(runtime, bound, label)
+    else:
+        kernel_list = generate_program(bound, device.settings)
     schedule = make_schedule(bound, kernel_list)
     generated = time.perf_counter()
     try:
@@ -101,7 +106,9 @@ def compile_program(
         debug.program_compiled(
             device.id, label, stem, bound, kernel_list, library, generated - start, seconds
         )
-    return CompiledProgram(key, kernel_list, library, kernels, schedule, seconds)
+    program = CompiledProgram(key, kernel_list, library, kernels, schedule, seconds)
+    program.storable = complete
+    return program
 
 
 def load_program(runtime: DeviceRuntime, key: ProgramKey, label: str) -> CompiledProgram | None:
@@ -131,7 +138,10 @@ def load_program(runtime: DeviceRuntime, key: ProgramKey, label: str) -> Compile
 
 
 def save_program(runtime: DeviceRuntime, program: CompiledProgram) -> None:
-    """Store a program just compiled in tile's disk cache (never raises for the disk's sake)."""
+    """Store a program just compiled in tile's disk cache (never raises for the disk's sake),
+    unless its search of register tiles is to go on in the next process."""
+    if not program.storable:
+        return
     store.save_program(
         program.key, runtime.device, program.kernel_list, program.schedule, program.library
     )

@@ -11,7 +11,8 @@ so a process whose programs are all on disk never imports Lark.
   device settings' fingerprint, the device's `code_identity` (driver and its version, CPU model
   and features), tile's version and `code_digest()`, a digest of tile's own code, so that a
   changed compiler never meets programs an older one built. A device whose `code_identity` is
-  None (a custom renderer) is never cached.
+  None (a custom renderer) is never cached. Programs compiled with `TILE_TUNE` on (register
+  tiles from `tile.runtime.tune`) are keyed apart.
 - Entries: a manifest naming two blobs, the plan (kernel list and schedule) and the device
   code (`Compiler.export`). A blob that fails its checksum, a plan that does not unpickle, or
   code the device refuses is discarded, logged once, and the program is built again.
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from hal.disk_cache import CorruptEntryError, Store, cache_directory, cache_enabled
 from hal.errors import HalError
 from tile._version import __version__
+from tile.runtime import tune
 
 if TYPE_CHECKING:
     from hal.interfaces import Device as HalDevice
@@ -108,6 +110,8 @@ def code_digest() -> str:
 def program_digest(key: ProgramKey, identity: str) -> str:
     """The disk key of a program: everything its code depends on (module docstring)."""
     parts = [FORMAT, code_digest(), key.source_hash, repr(key.inputs), key.settings, identity]
+    if tune.enabled():  # register tiles remembered or measured: stored apart
+        parts.append("tuned")
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 
