@@ -185,3 +185,28 @@ def test_every_candidate_on_the_device(
             assert outcome.kind == "ok", (candidate, outcome)
     finally:
         device.clear_cache()
+
+
+# A contraction whose kernels read what earlier kernels wrote (fuzz seed 20261208, case 127:
+# the search once built them as a list of their own that read unwritten temporaries).
+AFTER_OTHERS = """function (X[X0, X1], W[W0, W1]) -> (T4) {
+  T0 = log(abs((X + X)) + 0.5);
+  T1[i, j: 9, 11] = +(X[i, k] * W[k, j]);
+  T2 = T0 - T1;
+  T4[i, 0: 9, 1] = >(T2[i, j]);
+}"""
+
+
+@pytest.mark.parametrize("device_id", SHIPPED)
+def test_a_contraction_after_other_kernels_is_searched(
+    device_id: str, devices: dict[str, tile.Device], tuning_on: Path
+) -> None:
+    device = devices[device_id]
+    device.clear_cache()
+    x = {"X": matrices({"X": (9, 11)})["X"].astype(np.float16), "W": matrices({"W": (11, 11)})["W"]}
+    try:
+        outcome = check(Case("after others", AFTER_OTHERS, x), device)
+        assert outcome.kind == "ok", outcome
+        assert list((tuning_on / "tuning").rglob("*.json"))  # searched and remembered
+    finally:
+        device.clear_cache()

@@ -37,13 +37,14 @@ from typing import TYPE_CHECKING
 from hal.disk_cache import Store, cache_directory, cache_enabled
 from hal.environment import flag, lookup
 from hal.errors import HalError
+from semtree.kernel import Direction
 from tile.runtime import debug
 from tile.runtime.device import Contents
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from semtree.kernel import KernelList
+    from semtree.kernel import KernelInfo, KernelList
     from tile.bind.program import BoundProgram
     from tile.lower.tuning import Site, Tile
     from tile.runtime.device import BufferState, DeviceRuntime
@@ -178,7 +179,7 @@ def _timer(
     `buffers`: by name and size, shared by the candidates of one search."""
     device = runtime.device
     kernels = tuple(info for info in kernel_list.kernels if site.owns(info.name))
-    library = device.compiler.build(replace(kernel_list, kernels=kernels), device)
+    library = device.compiler.build(_alone(kernel_list, kernels), device)
     prepared = [device.executor.prepare(library, index) for index in range(len(kernels))]
     launches = []
     for kernel in prepared:
@@ -211,6 +212,25 @@ def _timer(
         return min(times)
 
     return one_round
+
+
+def _alone(kernel_list: KernelList, kernels: tuple[KernelInfo, ...]) -> KernelList:
+    """`kernels` of `kernel_list` as a list of their own: the temporaries they read before
+    they write them (what the program's earlier kernels compute) are its inputs."""
+    written: set[str] = set()
+    read_first: dict[str, None] = {}
+    for info in kernels:
+        for param in info.params:
+            unwritten = param.direction is Direction.IN and param.name not in written
+            if unwritten and param.name in kernel_list.temporaries:
+                read_first[param.name] = None
+        written.update(info.outputs)
+    return replace(
+        kernel_list,
+        kernels=kernels,
+        inputs=(*kernel_list.inputs, *read_first),
+        temporaries=tuple(t for t in kernel_list.temporaries if t not in read_first),
+    )
 
 
 # ---- memory -----------------------------------------------------------------------------------
