@@ -144,3 +144,70 @@ def test_every_candidate_of_a_blocked_product(source: str, monkeypatch) -> None:
         assert panels or candidate != site.candidates[0]  # a tile may make blocks too small
         got = run_kernel_list(kernel_list, {name: x[name] for name in kernel_list.inputs})
         np.testing.assert_allclose(got["C"], want, rtol=1e-5, atol=1e-5, err_msg=str(candidate))
+
+
+# Generic kernels (tile.lower.contract) whose work-group tiles a search may choose.
+MATVEC = "function (A[M, K], X[K]) -> (O) { O[m: M] = +(A[m, k] * X[k]); }"
+COLUMN_SUM = "function (A[M, N]) -> (O) { O[n: N] = +(A[m, n]); }"
+ROW_MAX = "function (A[M, N]) -> (O) { O[m: M] = >(A[m, n]); }"
+POOL = """function (I[N, H, W, C]) -> (O) {
+    O[n, y, x, c: N, H / 2, W / 2, C] = >(I[n, 2 * y + i, 2 * x + j, c]), i < 2, j < 2;
+}"""
+GENERIC = {
+    MATVEC: (
+        lambda m, n: {"A": (m, n), "X": (n,)},
+        lambda x: x["A"].astype(np.float64) @ x["X"],
+    ),
+    COLUMN_SUM: (lambda m, n: {"A": (m, n)}, lambda x: x["A"].astype(np.float64).sum(0)),
+    ROW_MAX: (lambda m, n: {"A": (m, n)}, lambda x: x["A"].max(1)),
+    POOL: (
+        lambda m, n: {"I": (2, 2 * m, 4, n)},
+        lambda x: x["I"].reshape(2, x["I"].shape[1] // 2, 2, 2, 2, -1).max(axis=(2, 4)),
+    ),
+}
+
+
+def generic_sites(source: str, x: dict, settings=LLVM_CPU) -> list:
+    return [site for site in sites(source, x, settings).sites.values() if "tiles|" in site.key]
+
+
+def test_generic_tiles_candidates() -> None:
+    rng = np.random.default_rng(0)
+    x = {"A": rng.standard_normal((300, 200)).astype(np.float32)}
+    (site,) = generic_sites(COLUMN_SUM, x)
+    kernel_list = generate_program(tile.Function(COLUMN_SUM).bind(x), LLVM_CPU)
+    (info,) = kernel_list.kernels
+    assert site.candidates[0] == info.tile  # the cost model's first
+    (width,) = info.tile
+    assert site.candidates == ((width,), (2 * width,), (4 * width,))  # wider strips
+    x["X"] = x["A"][0]
+    (site,) = generic_sites(MATVEC, x)
+    assert site.candidates == ((1,), (2,), (4,))  # rows of a lane reduction per work-group
+    chosen = Tuning({site.key: (4,)})
+    kernel_list = generate_program(tile.Function(MATVEC).bind(x), LLVM_CPU, tuning=chosen)
+    assert kernel_list.kernels[0].tile == (4,)
+    twice = "function (A[M, N]) -> (O) { O = A * 2; }"
+    assert generic_sites(twice, {"A": x["A"]}) == []  # no reduction
+
+
+@pytest.mark.parametrize("source", list(GENERIC), ids=["matvec", "colsum", "rowmax", "pool"])
+@pytest.mark.parametrize("vec_size", [16, 4])
+def test_every_generic_candidate_computes_the_contraction(source: str, vec_size: int) -> None:
+    settings = tiled(vec_size)
+    shapes, reference = GENERIC[source]
+    for m, n in [(1, 5), (7, 33), (9, 130)]:
+        rng = np.random.default_rng(m * n)
+        x = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes(m, n).items()}
+        want = reference(x)
+        found = generic_sites(source, x, settings)
+        assert found or (m, n) == (1, 5)
+        for site in found:
+            for candidate in site.candidates:
+                bound = tile.Function(source).bind(x)
+                kernel_list = generate_program(
+                    bound, settings, tuning=Tuning({site.key: candidate})
+                )
+                got = run_kernel_list(kernel_list, {k: x[k] for k in kernel_list.inputs})["O"]
+                np.testing.assert_allclose(
+                    got, want, rtol=1e-5, atol=1e-5, err_msg=f"{(m, n)} {candidate}"
+                )

@@ -14,7 +14,7 @@ import pytest
 import tile
 from tests.fuzz.check import check
 from tests.fuzz.programs import Case
-from tests.lower.test_tuning import BATCHED, EPILOGUE, NN, TN
+from tests.lower.test_tuning import BATCHED, EPILOGUE, MATVEC, NN, POOL, ROW_MAX, TN
 from tests.shipped import SHIPPED, shipped_devices
 from tile.lower.generate import generate_program
 from tile.lower.tuning import Tuning
@@ -159,11 +159,18 @@ CASES = [
     (TN, {"A": (31, 17), "B": (31, 63)}),
     (BATCHED, {"A": (3, 7, 9), "B": (3, 9, 45)}),
     (EPILOGUE, {"A": (17, 13), "B": (13, 47), "S": (47,)}),
+    (MATVEC, {"A": (33, 1031), "X": (1031,)}),  # generic kernels from here
+    (ROW_MAX, {"A": (17, 1023)}),
+    (POOL, {"I": (2, 14, 6, 37)}),
 ]
 
 
 @pytest.mark.parametrize("device_id", SHIPPED)
-@pytest.mark.parametrize(("source", "shapes"), CASES, ids=["nn", "tn", "batched", "epilogue"])
+@pytest.mark.parametrize(
+    ("source", "shapes"),
+    CASES,
+    ids=["nn", "tn", "batched", "epilogue", "matvec", "rowmax", "pool"],
+)
 def test_every_candidate_on_the_device(
     device_id: str,
     source: str,

@@ -173,6 +173,8 @@ def generate_program(
                     tiles, generated = vector.tile, vector
                 else:
                     tiles = _tiles(kernel_plan, flat, chosen)
+                    if tuning is not None and flat is not None and settings.threads == 1:
+                        tiles = tuning.tiles_for(flat, kernel_plan.shape, name, tiles)
                     generated = generate_group(kernel_plan, flat, context, chosen, tiles, name)
             case PlanKind.SCATTER:
                 generated = generate_scatter(kernel_plan, context, settings, name)

@@ -1,10 +1,10 @@
-"""The measured search of register tiles, and its memory on disk (issue 11 item 4, issue 12
-item 5; the choices themselves: `tile.lower.tuning`).
+"""The measured search of tiles, and its memory on disk (issue 11 item 4, issue 12 item 5; the
+choices themselves, register tiles and generic kernels' work-group tiles: `tile.lower.tuning`).
 
 `TILE_TUNE=1` turns it on; it is read when a program is compiled. Then `generate` makes the
-program's kernels with the register tiles remembered for this device, and, for each
-contraction that has a choice and none remembered (a shape seen for the first time), it
-measures the candidate tiles and keeps the fastest:
+program's kernels with the tiles remembered for this device, and, for each contraction that
+has a choice and none remembered (a shape seen for the first time), it measures the
+candidate tiles and keeps the fastest:
 
 * each candidate's kernels (the contraction's kernel and those it brings, `Site.owns`) are
   generated, built and run alone, on buffers of zeros the search allocates (no user data is
@@ -268,8 +268,8 @@ def recall(runtime: DeviceRuntime, key: str) -> Tile | None:
     tile = None
     if manifest is not None:
         value = manifest.get("tile")
-        if isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value):
-            tile = (value[0], value[1])
+        if isinstance(value, list) and value and all(type(v) is int and v > 0 for v in value):
+            tile = tuple(value)
     _remembered[manifest_key] = tile
     return tile
 
