@@ -1,7 +1,8 @@
-"""What the measured search of register tiles gains (`TILE_TUNE=1`, tile/runtime/tune.py).
+"""What the measured search of tiles gains (`TILE_TUNE=1`, tile/runtime/tune.py).
 
-For fixed odd matmul shapes and random ones (`random_shapes.matmul_case`: M, N, K in
-1..1500, random layouts, batched a quarter of the time), each case is compiled twice on one
+For fixed odd matmul shapes and random cases of benchmarks/random_shapes.py (matmuls with M,
+N, K in 1..1500 and random layouts, reductions over random axes, convolutions with random
+sizes, strides and dilations), each case is compiled twice on one
 device: with the cost model's tiles, and with tuning on (a fresh search: the memory is in a
 temporary cache directory unless `--keep` names one). Both are checked against float64
 numpy, then timed in interleaved rounds with torch (if installed): one call and the wait for
@@ -26,7 +27,7 @@ os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np
-from random_shapes import Case, matmul_case, torch
+from random_shapes import Case, conv_case, matmul_case, reduction_case, torch
 from run import median_times  # benchmarks/run.py: the same interleaved rounds
 
 import tile
@@ -66,7 +67,7 @@ def chosen_tile(case: Case, device: tile.Device) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default=None)
-    parser.add_argument("--cases", type=int, default=10, help="random cases (10)")
+    parser.add_argument("--cases", type=int, default=6, help="random cases per family (6)")
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--budget", type=float, default=4.0, help="seconds of timing per case")
@@ -79,9 +80,10 @@ def main() -> int:
         torch.set_num_threads(os.cpu_count() or 1)
     rng = np.random.default_rng(args.seed)
     cases = [fixed_case(m, k, n, rng) for m, k, n in FIXED]
-    cases += [matmul_case(rng) for _ in range(args.cases)]
+    for family in (matmul_case, reduction_case, conv_case):
+        cases += [family(rng) for _ in range(args.cases)]
     print(f"device {device.id}: {device.description}; torch {getattr(torch, '__version__', '-')}")
-    head = f"{'case':34s} {'search s':>8s} {'tile':>8s} {'tuned ms':>9s} {'/untuned':>8s}"
+    head = f"{'case':48s} {'search s':>8s} {'tile':>12s} {'tuned ms':>9s} {'/untuned':>8s}"
     print(f"{head} {'/torch':>7s} {'untuned/torch':>13s}")
     gains: list[tuple[float, str]] = []
     versus_torch: list[tuple[float, str]] = []
@@ -90,19 +92,20 @@ def main() -> int:
         tensors = {k: tile.Tensor.from_numpy(v, device) for k, v in case.inputs.items()}
         plain = tile.Function(case.source)
         tuned = tile.Function(case.source + " ")  # another source hash: its own program
+        output = plain.outputs[0]
         os.environ["TILE_TUNE"] = "1"
         start = time.perf_counter()
-        tuned(device=device, **tensors)["C"].wait()
+        tuned(device=device, **tensors)[output].wait()
         search = time.perf_counter() - start
         os.environ.pop("TILE_TUNE")
         want = case.reference(**case.inputs)
         for function in (plain, tuned):
-            got = function(device=device, **tensors)["C"].to_numpy().astype(np.float64)
+            got = function(device=device, **tensors)[output].to_numpy().astype(np.float64)
             error = float(np.max(np.abs(got - want), initial=0)) / max(1.0, np.abs(want).max())
             failures += not error < 1e-3
 
-        def run(function: tile.Function, tensors: dict = tensors) -> None:
-            function(device=device, **tensors)["C"].wait()
+        def run(function: tile.Function, tensors: dict = tensors, output: str = output) -> None:
+            function(device=device, **tensors)[output].wait()
 
         calls = [lambda tuned=tuned: run(tuned), lambda plain=plain: run(plain)]
         if torch is not None:
@@ -120,7 +123,7 @@ def main() -> int:
             versus_torch.append((tuned_s / torch_s[0], case.name))
             texts = [f"{tuned_s / torch_s[0]:.2f}", f"{plain_s / torch_s[0]:.2f}"]
         print(
-            f"{case.name:34s} {search:8.2f} {chosen_tile(case, device):>8s} {tuned_s * 1e3:9.3f} "
+            f"{case.name:48s} {search:8.2f} {chosen_tile(case, device):>12s} {tuned_s * 1e3:9.3f} "
             f"{tuned_s / plain_s:8.2f} {texts[0]:>7s} {texts[1]:>13s}",
             flush=True,
         )
