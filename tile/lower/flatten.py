@@ -23,6 +23,8 @@ kernel generation (`tile.lower.contract`). The steps, all exact:
 5. **Guards** (spec step 7): the halves of the operand and user range constraints that the
    coordinates' and reductions' ranges do not imply (`tile.bind.bounds.residual_guards`).
 6. **Strides** (spec step 8): every access as an offset plus one stride per variable.
+7. **Merged loops**: neighbouring reductions of one operand that walk it as one loop become
+   one (`tile.lower.collapse`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from typing import TYPE_CHECKING
 from tile.bind.bounds import Bounds, Half, index_bounds, residual_guards
 from tile.bind.polynomial import Polynomial, RangeConstraint
 from tile.bind.program import ConstBinding, TensorBinding
+from tile.lower.collapse import merge_reductions
 from tile.lower.flat import FlatAccess, FlatConstraint, FlatContraction, FlatDerived
 from tile.lower.lattice import Congruence, Lattice, column_echelon, integral_lattice, multiply
 
@@ -117,7 +120,7 @@ def flatten(op: BoundOp, bindings: Mapping[str, Binding]) -> FlatContraction:
     contraction = op.contraction
     if contraction is None:
         raise FlattenError(f"{op.output} is not a contraction")
-    return _Flattener(op, contraction, bindings).run()
+    return merge_reductions(_Flattener(op, contraction, bindings).run())
 
 
 class _Flattener:

@@ -97,7 +97,9 @@ def generate(
 
     settings = runtime.device.settings
     tuning = Tuning()
-    generate_program(bound, settings, tuning=tuning)  # finds the sites
+    kernel_list = generate_program(bound, settings, tuning=tuning)  # finds the sites
+    if not tuning.sites:
+        return kernel_list, True
     for key in tuning.sites:
         tile = recall(runtime, key)
         if tile is not None:
