@@ -1,4 +1,4 @@
-"""The measured search of register tiles and its memory (`tile.runtime.tune`, issue 11 item 4,
+"""The measured search of tiles and its memory (`tile.runtime.tune`, issue 11 item 4,
 issue 12 item 5): it keeps the fastest candidate, unless the gain is within the noise; it
 remembers it on disk, per device, and a later search takes it without measuring; a search
 that runs out of time remembers nothing and its program is not stored; and on both shipped

@@ -90,7 +90,7 @@ def generate(
     *,
     measure: Measure | None = None,
 ) -> tuple[KernelList, bool]:
-    """The kernels of `bound` with the register tiles remembered or found by measuring
+    """The kernels of `bound` with the tiles remembered or found by measuring
     (module docstring), and whether every contraction with a choice has one remembered."""
     from tile.lower.generate import generate_program
     from tile.lower.tuning import Tuning
@@ -109,7 +109,7 @@ def generate(
     for site in tuning.sites.values():
         if site.key in tuning.chosen:
             continue
-        with debug.progress(f"measuring register tiles of {label} on {runtime.device.id}"):
+        with debug.progress(f"measuring tiles of {label} on {runtime.device.id}"):
             times = search(runtime, bound, tuning.chosen, site, deadline, measure or _timer)
         if times is None:
             complete = False
@@ -119,7 +119,7 @@ def generate(
         remember(runtime, site.key, tile, times)
         debug.emit(
             debug.TIMES,
-            "tuned %s on %s: register tile %s (%s)",
+            "tuned %s on %s: tile %s (%s)",
             site.kernel,
             runtime.device.id,
             "x".join(map(str, tile)),
@@ -152,7 +152,7 @@ def search(
         try:
             timers[tile] = measure(runtime, kernel_list, site, buffers)
         except HalError as error:  # a tile the driver refuses is not a candidate
-            debug.emit(debug.TIMES, "register tile %s not measured: %s", tile, error)
+            debug.emit(debug.TIMES, "tile %s not measured: %s", tile, error)
     if site.candidates[0] not in timers:
         return None
     best = dict.fromkeys(timers, float("inf"))
@@ -260,7 +260,7 @@ def _store() -> Store:
 
 
 def recall(runtime: DeviceRuntime, key: str) -> Tile | None:
-    """The register tile remembered for contraction `key` on this device, if any."""
+    """The tile remembered for contraction `key` on this device, if any."""
     manifest_key = _manifest_key(runtime, key)
     if manifest_key is None:
         return None
