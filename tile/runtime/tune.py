@@ -125,8 +125,10 @@ def generate(
             "x".join(map(str, tile)),
             ", ".join(f"{'x'.join(map(str, c))} {1000 * t:.3f} ms" for c, t in times.items()),
         )
-    chosen = {key: tuning.chosen[key] for key in tuning.sites if key in tuning.chosen}
-    return generate_program(bound, settings, tuning=Tuning(chosen)), complete
+    models = {key: site.candidates[0] for key, site in tuning.sites.items()}
+    if all(tuning.chosen.get(key, tile) == tile for key, tile in models.items()):
+        return kernel_list, complete  # the cost model's tiles: generated already
+    return generate_program(bound, settings, tuning=Tuning(dict(tuning.chosen))), complete
 
 
 def search(
