@@ -21,6 +21,7 @@ from hal.errors import HalError
 from hal.interfaces import Device, DeviceKind, DeviceSet, Driver, Executor, Kernel
 from hal_llvm.compiler import LLVMCompiler, LLVMLibrary, host, llvm_version
 from hal_llvm.memory import ALIGNMENT, CpuArena, CpuBuffer
+from hal_llvm.pool import NativePool, available
 from hal_llvm.runtime import CpuRuntime
 from hal_llvm.slices import slice_runner
 
@@ -254,7 +255,12 @@ class LLVMDevice(Device):
         self.kind = DeviceKind.CPU
         self.host = cpu
         self._settings = settings  # None: the Appendix C preset, built on first use
-        self.runtime = CpuRuntime(self.id, threads or cpu.cores, runner=slice_runner)
+        self.runtime = CpuRuntime(
+            self.id,
+            threads or cpu.cores,
+            runner=slice_runner,
+            pool=NativePool if available() else None,
+        )
         self.compiler = LLVMCompiler(renderer)
         self.executor = LLVMExecutor(self, self.runtime)
 

@@ -9,12 +9,16 @@ ran inline (below). Threading design:
   can still be pending: an earlier job of this queue has always completed), skips the job
   with `DependencyFailed` if one failed, otherwise runs it and completes its event exactly
   once. The submitting thread never blocks.
-- **Compute threads**: one per usable core: the scheduler itself plus `cores - 1` helper
-  threads. A large launch is cut into `min(groups, 4 * cores)` contiguous slices of the
-  work-group range; the scheduler posts the launch to the helpers and all of them take
-  slices from one shared counter until none is left (a fixed per-thread share leaves the
-  scheduler idle while a slow helper works, PERFORMANCE.md 4.8). Each slice is one native
-  call `K__grid(params, begin, end)` through ctypes, which releases the GIL.
+- **Compute threads**: one per usable core: the thread that runs a launch (the scheduler,
+  or the submitter for a short launch, below) plus `cores - 1` helper threads. A large
+  launch is cut into `min(groups, 4 * cores)` contiguous slices of the work-group range that
+  all of them take from one shared counter until none is left (a fixed per-thread share
+  leaves one idle while a slow one works, PERFORMANCE.md 4.8). Where the host allows it, the
+  helpers live in the native pool (`hal_llvm.pool`): they wait on a futex, spin first for
+  `TILE_CPU_SPIN_US` (default 100 µs), and run slices without ever taking the GIL; a split
+  launch is then one ctypes call on the launching thread. Elsewhere, and for entry points
+  that are Python functions, they wait on a queue and each takes its slices in one ctypes
+  call (`hal_llvm.slices`), which releases the GIL.
 - **Small launches** (one work-group, or less estimated work than `TILE_CPU_SPLIT_US`,
   default 200 µs, a few times the fork-join cost) run as one call on the scheduler.
 - **Short launches** (less estimated work than `INLINE_SECONDS`, 2 ms) submitted while the
@@ -34,21 +38,23 @@ exit) lets the queued jobs finish and stops them.
 from __future__ import annotations
 
 import atexit
-import ctypes
 import os
 import threading
 import time
 import weakref
-from queue import SimpleQueue
+from queue import Empty, SimpleQueue
 from typing import TYPE_CHECKING
 
 from hal.errors import ExecutionError, HalError
 from hal.events import CompletedEvent, FailedEvent, SettableEvent, dependency_failure
+from hal_llvm.slices import SplitLaunch, native_address
 
 if TYPE_CHECKING:
+    import ctypes
     from collections.abc import Callable, Sequence
 
     from hal.interfaces import Event
+    from hal_llvm.pool import NativePool
 
     GridEntry = Callable[[int, int, int], None]  # (params address, begin, end)
     # () -> the native loop (grid entry address, params, groups, slices, counter address)
@@ -62,6 +68,7 @@ SLICES_PER_THREAD = 4
 _FLOPS_PER_SECOND = 2e10
 _BYTES_PER_SECOND = 1e10
 _DEFAULT_SPLIT_MICROSECONDS = 200.0
+_DEFAULT_SPIN_MICROSECONDS = 100.0
 
 # Estimated one-core time up to which a launch may run on the submitting thread (below).
 INLINE_SECONDS = 2e-3
@@ -70,11 +77,29 @@ INLINE_SECONDS = 2e-3
 _EXIT_JOIN_SECONDS = 10.0
 
 
+def _microseconds(variable: str, default: float) -> float:
+    """The environment variable `variable` as seconds, given in microseconds; ValueError
+    naming it for anything but a number >= 0."""
+    text = os.environ.get(variable, "").strip()
+    if not text:
+        return default * 1e-6
+    try:
+        microseconds = float(text)
+    except ValueError:
+        microseconds = -1.0
+    if not microseconds >= 0 or microseconds == float("inf"):
+        raise ValueError(f"{variable} must be a number of microseconds >= 0, not {text!r}")
+    return microseconds * 1e-6
+
+
 def split_threshold_seconds() -> float:
     """Estimated one-core time below which a launch runs as one call (`TILE_CPU_SPLIT_US`)."""
-    text = os.environ.get("TILE_CPU_SPLIT_US", "").strip()
-    microseconds = float(text) if text else _DEFAULT_SPLIT_MICROSECONDS
-    return microseconds * 1e-6
+    return _microseconds("TILE_CPU_SPLIT_US", _DEFAULT_SPLIT_MICROSECONDS)
+
+
+def spin_seconds() -> float:
+    """How long an idle helper spins before it sleeps (`TILE_CPU_SPIN_US`; `hal_llvm.pool`)."""
+    return _microseconds("TILE_CPU_SPIN_US", _DEFAULT_SPIN_MICROSECONDS)
 
 
 def estimated_seconds(flops: int, traffic_bytes: int) -> float:
@@ -127,95 +152,6 @@ def _run_now(action: Callable[[], None], deps: Sequence[Event], label: str, prof
     return FailedEvent(failure)
 
 
-class _SplitLaunch:
-    """One launch shared between compute threads: slices are claimed from a counter, in
-    native code where the entry point is a native function (`hal_llvm.slices`), else here."""
-
-    __slots__ = (
-        "active",
-        "address",
-        "counter",
-        "done",
-        "entry",
-        "error",
-        "groups",
-        "lock",
-        "params",
-        "released",
-        "runner",
-        "slices",
-    )
-
-    def __init__(
-        self,
-        entry: GridEntry,
-        params: int,
-        groups: int,
-        slices: int,
-        runner: SliceRunner | None,
-    ) -> None:
-        self.entry = entry
-        self.runner = runner
-        self.address = None if runner is None else native_address(entry)
-        self.params = params
-        self.groups = groups
-        self.slices = slices
-        self.lock = threading.Lock()
-        self.counter = ctypes.c_int64(0)  # the next slice; the native loop adds to it
-        self.active = 0  # threads inside `participate`
-        self.released = False
-        self.error: BaseException | None = None
-        # Held until the last slice finishes; the launching thread waits by acquiring it
-        # (a lock costs 0.1 µs to create, a threading.Event several µs).
-        self.done = threading.Lock()
-        self.done.acquire()
-
-    def participate(self) -> None:
-        """Run slices until none is left (or one failed); the last thread out once every
-        slice is claimed releases `done`."""
-        with self.lock:
-            self.active += 1
-        try:
-            if self.runner is not None and self.address is not None:
-                self.runner()(
-                    self.address,
-                    self.params,
-                    self.groups,
-                    self.slices,
-                    ctypes.addressof(self.counter),
-                )
-            else:
-                self._run_here()
-        except BaseException as error:
-            with self.lock:
-                if self.error is None:
-                    self.error = error
-                self.counter.value = self.slices  # nobody claims further slices
-        with self.lock:
-            self.active -= 1
-            if self.active == 0 and not self.released:
-                self.released = True
-                self.done.release()
-
-    def _run_here(self) -> None:
-        entry, params, groups, slices = self.entry, self.params, self.groups, self.slices
-        while True:
-            with self.lock:
-                index = self.counter.value
-                if index >= slices:
-                    return
-                self.counter.value = index + 1
-            entry(params, index * groups // slices, (index + 1) * groups // slices)
-
-
-def native_address(entry: object) -> int | None:
-    """The machine address of a ctypes grid entry point; None for any other callable (tests
-    launch Python functions, which run slice by slice from Python)."""
-    if not isinstance(entry, ctypes._CFuncPtr):  # ctypes function pointers
-        return None
-    return ctypes.cast(entry, ctypes.c_void_p).value
-
-
 class CpuRuntime:
     """The scheduler and compute threads of one LLVM device."""
 
@@ -225,19 +161,24 @@ class CpuRuntime:
         threads: int,
         split_seconds: float | None = None,
         runner: SliceRunner | None = None,
+        pool: Callable[[float], NativePool] | None = None,
     ) -> None:
         """`runner`: gives the native slice loop (`hal_llvm.slices.slice_runner`), which
         runs native entry points' slices without the GIL; without it, slices are claimed
-        from Python."""
+        from Python. `pool`: makes the native pool (`hal_llvm.pool`) in which the helpers
+        wait and run native launches without the GIL; without it, they wait in Python."""
         if threads < 1:
             raise ValueError(f"a CPU runtime needs at least one thread, not {threads}")
         self.name = name
         self.threads = threads  # compute threads: the scheduler plus threads - 1 helpers
         self.split_seconds = split_threshold_seconds() if split_seconds is None else split_seconds
         self.runner = runner
+        self.spin_seconds = spin_seconds()  # read now: a bad value fails the device's opening
+        self._make_pool = pool
+        self._pool: NativePool | None = None
         self._state_lock = threading.Lock()
         self._jobs: SimpleQueue[_Job | None] = SimpleQueue()
-        self._helper_work: SimpleQueue[_SplitLaunch | None] = SimpleQueue()
+        self._helper_work: SimpleQueue[SplitLaunch | None] = SimpleQueue()
         self._scheduler: threading.Thread | None = None
         self._helpers: list[threading.Thread] = []
         self._closed = False
@@ -366,9 +307,17 @@ class CpuRuntime:
             entry(params, 0, groups)
             return
         slices = min(groups, SLICES_PER_THREAD * self.threads)
-        launch = _SplitLaunch(entry, params, groups, slices, self.runner)
+        pool = self._pool
+        if pool is not None and self.runner is not None:
+            address = native_address(entry)
+            if address is not None:
+                pool.launch(address, params, groups, slices)
+                return
+        launch = SplitLaunch(entry, params, groups, slices, self.runner)
         for _ in range(min(self.threads - 1, slices - 1)):
             self._helper_work.put(launch)
+        if pool is not None:
+            pool.post_python()
         launch.participate()
         launch.done.acquire()
         if launch.error is not None:
@@ -413,23 +362,43 @@ class CpuRuntime:
                 self._execute(job)
             self._finished()
             del job  # drop the finished job's references while waiting for the next
+        if self._pool is not None:
+            self._pool.stop()
+            return
         for _ in self._helpers:
             self._helper_work.put(None)
 
     def _help(self) -> None:
         work = self._helper_work
+        pool = self._pool
+        if pool is None:
+            while True:
+                launch = work.get()
+                if launch is None:
+                    return
+                launch.participate()
+                del launch
+        seen = pool.bell()
         while True:
-            launch = work.get()
-            if launch is None:
+            python, seen = pool.work(seen)  # runs native launches until one from Python
+            if not python:
                 return
-            launch.participate()
-            del launch
+            while True:  # every Python launch queued; one already finished takes no slice
+                try:
+                    launch = work.get_nowait()
+                except Empty:
+                    break
+                assert launch is not None
+                launch.participate()
+                del launch
 
     # ---- thread lifetime ----------------------------------------------------------------
 
     def _start(self) -> None:
         # Called with _state_lock held. Threads are daemons so that an idle device never
         # keeps the interpreter alive; close() at exit lets queued work finish first.
+        if self._make_pool is not None and self.threads > 1:
+            self._pool = self._make_pool(self.spin_seconds)
         self._scheduler = threading.Thread(
             target=self._schedule, name=f"{self.name} scheduler", daemon=True
         )
