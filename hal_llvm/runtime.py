@@ -363,7 +363,10 @@ class CpuRuntime:
             self._finished()
             del job  # drop the finished job's references while waiting for the next
         if self._pool is not None:
-            self._pool.stop()
+            # Posts are made one at a time: a launch running inline on another thread
+            # finishes first (its slices would otherwise never all be claimed).
+            with self._running:
+                self._pool.stop()
             return
         for _ in self._helpers:
             self._helper_work.put(None)

@@ -156,3 +156,36 @@ def test_the_device_runs_split_launches_in_its_pool(monkeypatch) -> None:
         finally:
             device.close()
         assert helpers and not any(helper.is_alive() for helper in helpers)
+
+
+@pytest.mark.skipif(usable_cores() < 2, reason="needs at least two usable cores")
+@pytest.mark.parametrize("attempt", range(5))
+def test_closing_while_another_thread_launches_inline(count_entry, attempt) -> None:
+    """The helpers' stop waits for a launch running on another thread: it never cuts one
+    short (whose launcher would then wait for slices nobody claims). Each attempt closes
+    at a different moment; without that wait, about one in five hung."""
+    from hal.errors import HalError
+
+    device = make_device(split_seconds=0.0)
+    runtime = device.runtime
+    counts = np.zeros(1000, np.int64)
+    params = (ctypes.c_void_p * 1)(counts.ctypes.data)
+    entry = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(count_entry[1])
+    launched = []
+
+    def launch_until_closed() -> None:
+        while True:
+            try:
+                runtime.launch(entry, ctypes.addressof(params), 1000, inline=True).wait(10)
+            except HalError:
+                return
+            launched.append(1)
+
+    thread = threading.Thread(target=launch_until_closed, daemon=True)
+    thread.start()
+    while len(launched) < 50:
+        thread.join(timeout=0.001)
+    device.close()
+    thread.join(timeout=20)
+    assert not thread.is_alive()
+    assert np.all(counts == len(launched)) or np.all(counts == len(launched) + 1)
