@@ -18,7 +18,7 @@ ran inline (below). Threading design:
   `TILE_CPU_SPIN_US` (default 100 µs), and run slices without ever taking the GIL; a split
   launch is then one ctypes call on the launching thread. Elsewhere, and for entry points
   that are Python functions, they wait on a queue and each takes its slices in one ctypes
-  call (`hal_llvm.slices`), which releases the GIL.
+  call (`hal_llvm.slices`, `hal_llvm.split`), which releases the GIL.
 - **Small launches** (one work-group, or less estimated work than `TILE_CPU_SPLIT_US`,
   default 200 µs, a few times the fork-join cost) run as one call on the scheduler.
 - **Short launches** (less estimated work than `INLINE_SECONDS`, 2 ms) submitted while the
@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING
 
 from hal.errors import ExecutionError, HalError
 from hal.events import CompletedEvent, FailedEvent, SettableEvent, dependency_failure
-from hal_llvm.slices import SplitLaunch, native_address
+from hal_llvm.split import SplitLaunch, native_address
 
 if TYPE_CHECKING:
     import ctypes
