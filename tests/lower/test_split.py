@@ -40,8 +40,8 @@ def test_which_reductions_split() -> None:
     assert kernel_names(PER_ROW, {"X": rand(2, 1 << 21)}) == ["tile_0_part", "tile_0"]
     assert kernel_names(TOTAL, {"X": rand(4096)}) == ["tile_0"]  # too little work
     assert kernel_names(PER_ROW, {"X": rand(64, 1 << 16)}) == ["tile_0"]  # enough elements
-    odd = rand((1 << 22) + 3)  # no lanes
-    assert kernel_names(TOTAL, {"X": odd}) == ["tile_0"]
+    odd = rand((1 << 22) + 3)  # 13 x 322639: 13 equal pieces
+    assert kernel_names(TOTAL, {"X": odd}) == ["tile_0_part", "tile_0"]
     epilogue = "function (X[N]) -> (O) { S[] = +(X[i]); O = S * 2.0; }"
     assert kernel_names(epilogue, {"X": big}) == ["tile_0"]
 
@@ -99,6 +99,31 @@ def test_llvm_cpu_runs_split_reductions(source: str, reference: object) -> None:
     got = tile.run(source, {"X": x}, device="llvm_cpu.0")["O"]
     want = reference(x.astype(np.float64))  # type: ignore[operator]
     np.testing.assert_allclose(float(got), want, rtol=1e-5, atol=1e-2)
+
+
+# 3 x 5 x 7 x 11 x 13 x 17 x 2 x 3: a multiple of 15, not of 4; and a prime.
+UNEVEN = 1_531_530
+PRIME = 1_048_583
+
+
+@pytest.mark.parametrize(
+    ("source", "reference"),
+    [(TOTAL, np.sum), (LARGEST, np.max), (SMALLEST, np.min)],
+    ids=["sum", "max", "min"],
+)
+def test_a_reduction_of_any_divisible_length_splits(source: str, reference: object) -> None:
+    """Pieces need only be equal: a length with no factor 4 splits in 15 parts, the reference
+    and llvm_cpu.0 agree with numpy (extremes in the first and last parts); a prime length
+    runs as one kernel."""
+    x = rand(UNEVEN, seed=5)
+    x[3], x[UNEVEN - 2] = 40.0, -40.0
+    assert kernel_names(source, {"X": x}) == ["tile_0_part", "tile_0"]
+    kernel_list = generate_program(tile.Function(source).bind({"X": x}), LLVM_CPU)
+    assert kernel_list.shapes["_P0"].dims == (15,)
+    want = reference(x.astype(np.float64))  # type: ignore[operator]
+    for got in (run_program(source, {"X": x})["O"], tile.run(source, {"X": x})["O"]):
+        np.testing.assert_allclose(float(got), want, rtol=1e-5, atol=1e-2)
+    assert kernel_names(source, {"X": rand(PRIME)}) == ["tile_0"]
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
