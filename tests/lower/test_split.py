@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 import tile
 from tests.lower.harness import LLVM_CPU, run_program
+from tests.shipped import shipped_devices
 from tile.lower import split as gen_split
 from tile.lower.generate import generate_program
 
@@ -113,15 +114,17 @@ PRIME = 1_048_583
 )
 def test_a_reduction_of_any_divisible_length_splits(source: str, reference: object) -> None:
     """Pieces need only be equal: a length with no factor 4 splits in 15 parts, the reference
-    and llvm_cpu.0 agree with numpy (extremes in the first and last parts); a prime length
-    runs as one kernel."""
+    and both shipped devices agree with numpy (extremes in the first and last parts); a
+    prime length runs as one kernel."""
     x = rand(UNEVEN, seed=5)
     x[3], x[UNEVEN - 2] = 40.0, -40.0
     assert kernel_names(source, {"X": x}) == ["tile_0_part", "tile_0"]
     kernel_list = generate_program(tile.Function(source).bind({"X": x}), LLVM_CPU)
     assert kernel_list.shapes["_P0"].dims == (15,)
     want = reference(x.astype(np.float64))  # type: ignore[operator]
-    for got in (run_program(source, {"X": x})["O"], tile.run(source, {"X": x})["O"]):
+    results = [run_program(source, {"X": x})["O"]]
+    results += [tile.run(source, {"X": x}, device=d)["O"] for d in shipped_devices().values()]
+    for got in results:
         np.testing.assert_allclose(float(got), want, rtol=1e-5, atol=1e-2)
     assert kernel_names(source, {"X": rand(PRIME)}) == ["tile_0"]
 
