@@ -257,16 +257,8 @@ leave:
 DECLARE
 """
 
-_POST = ctypes.CFUNCTYPE(
-    None,
-    ctypes.c_void_p,
-    ctypes.c_void_p,
-    ctypes.c_void_p,
-    ctypes.c_int64,
-    ctypes.c_int64,
-    ctypes.c_int64,
-)
-_LAUNCH = ctypes.CFUNCTYPE(
+# tile_post and tile_launch: (mailbox, grid, params, groups, slices, kind or spinning rounds)
+_MAILBOX_CALL = ctypes.CFUNCTYPE(
     None,
     ctypes.c_void_p,
     ctypes.c_void_p,
@@ -301,8 +293,8 @@ class _Native:
             .replace("DECLARE", declaration)
         )
         self.module = compile_module(source, name="tile_pool")  # kept alive with this object
-        self.post = _POST(self.module.address("tile_post"))
-        self.launch = _LAUNCH(self.module.address("tile_launch"))
+        self.post = _MAILBOX_CALL(self.module.address("tile_post"))
+        self.launch = _MAILBOX_CALL(self.module.address("tile_launch"))
         self.work = _WORK(self.module.address("tile_work"))
         self.pause = _PAUSE(self.module.address("tile_pause"))
         self.syscall = ctypes.cast(ctypes.CDLL(None).syscall, ctypes.c_void_p).value
