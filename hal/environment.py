@@ -18,6 +18,7 @@ _DATA = getattr(_ENVIRON, "_data", None)
 _ENCODE = getattr(_ENVIRON, "encodekey", None)
 _DECODE = getattr(_ENVIRON, "decodevalue", None)
 _KEYS: dict[str, object] = {}  # each name as os.environ's storage spells it
+_KEY_TUPLES: dict[tuple[str, ...], tuple[object, ...]] = {}  # the same for `unset`
 
 
 def lookup(name: str) -> str:
@@ -34,6 +35,17 @@ def lookup(name: str) -> str:
         key = _KEYS[name] = _ENCODE(name)
     raw = _DATA.get(key)
     return "" if raw is None else _DECODE(raw)
+
+
+def unset(names: tuple[str, ...]) -> bool:
+    """Whether every variable of `names` is unset or empty: one look-up per name, for a hot
+    path that changes when any of them is set (it then reads them properly)."""
+    if os.environ is not _ENVIRON or _DATA is None or _ENCODE is None:
+        return not any(os.environ.get(name) for name in names)
+    keys = _KEY_TUPLES.get(names)
+    if keys is None:
+        keys = _KEY_TUPLES[names] = tuple(_ENCODE(name) for name in names)
+    return not any(map(_DATA.get, keys))  # an empty value, as bytes or str, is unset too
 
 
 def flag(name: str) -> bool:

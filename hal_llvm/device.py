@@ -45,6 +45,13 @@ def _as_cpu_buffer(buffer: Buffer, role: str) -> CpuBuffer:
     return buffer
 
 
+def _grid_args(
+    array: ctypes.Array[ctypes.c_void_p], groups: int
+) -> tuple[ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]:
+    """A grid entry point's arguments for all of `groups` over parameter array `array`."""
+    return ctypes.c_void_p(ctypes.addressof(array)), ctypes.c_int64(0), ctypes.c_int64(groups)
+
+
 class LLVMKernel(Kernel):
     """One prepared kernel of an LLVMLibrary: its entry point and launch parameters."""
 
@@ -61,7 +68,7 @@ class LLVMKernel(Kernel):
         # The parameter array of the launches that run at once (`CpuRuntime.launch_now`
         # fills it while it has the queue to itself, so they never share it).
         self._inline_array = (ctypes.c_void_p * max(1, len(info.params)))()
-        self._inline_params = ctypes.addressof(self._inline_array)
+        self._inline_args = _grid_args(self._inline_array, self._groups)
         self._entry: Callable[[int, int, int], None] | None = None
         # Compared by value: the backend reads KernelKind without importing semtree.kernel.
         self._trivial = info.kind.value if info.body is None else None
@@ -72,23 +79,27 @@ class LLVMKernel(Kernel):
         self._split = runtime.should_split(self._groups, info.flops, info.bytes)
         self._inline = runtime.may_inline(info.flops, info.bytes)
 
-    def _check(self, params: Sequence[Buffer]) -> tuple[CpuBuffer, ...]:
-        # On every launch: keep the passing path free of formatting and generators.
-        buffers = tuple(params)
-        if len(buffers) != len(self._sizes):
-            raise ValueError(
-                f"{self._label} takes {len(self._sizes)} buffers, {len(buffers)} were given"
-            )
-        for index, buffer in enumerate(buffers):
-            if not isinstance(buffer, CpuBuffer) or buffer.size < self._sizes[index]:
-                self._reject(index, buffer)
-        return buffers  # type: ignore[return-value] (checked above)
+    def _check(self, params: Sequence[Buffer]) -> list[int]:
+        """The addresses of `params`, once each is checked to be a buffer of this device
+        large enough for its parameter. On every launch: the passing path is kept free of
+        formatting and generators."""
+        sizes = self._sizes
+        if len(params) != len(sizes):
+            raise ValueError(f"{self._label} takes {len(sizes)} buffers, {len(params)} were given")
+        for buffer, size in zip(params, sizes, strict=True):
+            if not isinstance(buffer, CpuBuffer) or buffer.size < size:
+                self._reject(params)
+        return [buffer.address for buffer in params]  # type: ignore[attr-defined] (checked)
 
-    def _reject(self, index: int, buffer: Buffer) -> None:
-        param = self.info.params[index]
-        role = f"parameter {param.name!r} of {self._label}"
-        checked = _as_cpu_buffer(buffer, role)
-        raise ValueError(f"{role} needs {self._sizes[index]} bytes; the buffer has {checked.size}")
+    def _reject(self, params: Sequence[Buffer]) -> None:
+        # Raise for the first of `params` that is not a large enough buffer of this device.
+        for index, buffer in enumerate(params):
+            role = f"parameter {self.info.params[index].name!r} of {self._label}"
+            checked = _as_cpu_buffer(buffer, role)
+            if checked.size < self._sizes[index]:
+                raise ValueError(
+                    f"{role} needs {self._sizes[index]} bytes; the buffer has {checked.size}"
+                )
 
     def _bind(self, addresses: tuple[int, ...]) -> ctypes.Array[ctypes.c_void_p]:
         # The array of the last launch when it had the same buffers (an Invoker with bound
@@ -110,10 +121,34 @@ class LLVMKernel(Kernel):
         profile: bool = False,
         batch: int = 1,
     ) -> Event:
-        buffers = self._check(params)
+        addresses = self._check(params)
+        entry = self._entry
+        groups, split, inline, runtime = self._groups, self._split, self._inline, self._runtime
+        if batch != 1 and entry is not None:  # the third grid extent times `batch` (Kernel.run)
+            if batch < 0:
+                raise ValueError(f"{self._label}: a batch of {batch} blocks")
+            info = self.info
+            groups *= batch
+            split = runtime.should_split(groups, info.flops * batch, info.bytes * batch)
+            inline = runtime.may_inline(info.flops * batch, info.bytes * batch)
+        if inline and not deps and entry is not None:
+            # What a cached call's launch usually is: run at once, no job.
+            array = self._inline_array
+            event = runtime.launch_now(
+                entry,
+                array,
+                addresses,
+                self._inline_args if batch == 1 else _grid_args(array, groups),
+                split=split,
+                label=self._label,
+                profile=profile,
+            )
+            if event is not None:
+                return event
+        buffers = tuple(params)  # what a queued job keeps alive
         if self._trivial == "zero":
-            address, size = buffers[0].address, self._sizes[0]
-            return self._runtime.submit(
+            address, size = addresses[0], self._sizes[0]
+            return runtime.submit(
                 lambda: ctypes.memset(address, 0, size),
                 deps,
                 label=self._label,
@@ -121,38 +156,16 @@ class LLVMKernel(Kernel):
                 profile=profile,
             )
         if self._trivial == "copy":
-            target, source = buffers[0].address, buffers[1].address
+            target, source = addresses[0], addresses[1]
             size = min(self._sizes[0], self._sizes[1])
-            return self._runtime.submit(
+            return runtime.submit(
                 lambda: ctypes.memmove(target, source, size),
                 deps,
                 label=self._label,
                 keep_alive=buffers,
                 profile=profile,
             )
-        entry = self._entry
         assert entry is not None
-        addresses = [buffer.address for buffer in buffers]
-        groups, split, inline, runtime = self._groups, self._split, self._inline, self._runtime
-        if batch != 1:  # the third grid extent times `batch` (Kernel.run)
-            if batch < 0:
-                raise ValueError(f"{self._label}: a batch of {batch} blocks")
-            info = self.info
-            groups *= batch
-            split = runtime.should_split(groups, info.flops * batch, info.bytes * batch)
-            inline = runtime.may_inline(info.flops * batch, info.bytes * batch)
-        if inline and not deps:  # what a cached call's launch usually is: no job
-            event = runtime.launch_now(
-                entry,
-                self._inline_params,
-                groups,
-                split=split,
-                label=self._label,
-                profile=profile,
-                fill=(self._inline_array, addresses),
-            )
-            if event is not None:
-                return event
         array = self._bind(tuple(addresses))
         params, run_grid = ctypes.addressof(array), runtime.run_grid
 

@@ -47,31 +47,35 @@ def physical_memory() -> int | None:
 HOST_MEMORY = physical_memory()
 
 
-def _aligned(size: int, alignment: int) -> tuple[np.ndarray, int]:
-    """A 1-D uint8 array of `size` bytes whose first byte is `alignment`-aligned
-    (over-allocate, then slice; the slice keeps the whole allocation alive), and that
-    byte's address. The address comes from ctypes' view of the fresh, writable, non-empty
-    allocation: 4x quicker than `array.ctypes.data`, and every launch allocates outputs."""
-    raw = np.empty(size + alignment, dtype=np.uint8)
-    base = ctypes.addressof(ctypes.c_char.from_buffer(raw))
-    start = -base % alignment
-    # Slice a non-empty range first: numpy gives an empty slice taken directly the base
-    # pointer, which would make a zero-byte buffer misaligned.
-    return raw[start : start + max(size, 1)][:size], base + start
-
-
 def host_bytes(device: str, size: int, alignment: int = ALIGNMENT) -> tuple[np.ndarray, int]:
-    """`_aligned(size, alignment)` for `device`, or OutOfMemoryError when the size is more
-    than the machine's memory or the host cannot allocate it (module docstring)."""
+    """A 1-D uint8 array of `size` bytes whose first byte is `alignment`-aligned, and that
+    byte's address; OutOfMemoryError when the size is more than the machine's memory or the
+    host cannot allocate it (module docstring).
+
+    Over-allocate, then slice: the slice keeps the whole allocation alive. The address comes
+    from ctypes' view of the fresh, writable, non-empty allocation: 4x quicker than
+    `array.ctypes.data`, and every launch allocates outputs."""
     if size < 0:
         raise ValueError(f"a buffer size cannot be negative ({size})")
     limit = HOST_MEMORY
     if limit is not None and size > limit:
         raise OutOfMemoryError(device, size, f"more than the host's memory ({limit} bytes)")
     try:
-        return _aligned(size, alignment)
+        raw = np.empty(size + alignment, np.uint8)
     except (MemoryError, ValueError) as error:  # ValueError: more than numpy can address
         raise OutOfMemoryError(device, size, f"the host refused it ({error})") from error
+    base = ctypes.addressof(ctypes.c_char.from_buffer(raw))
+    start = -base % alignment
+    if size:
+        return raw[start : start + size], base + start
+    # Slice a non-empty range first: numpy gives an empty slice taken directly the base
+    # pointer, which would make a zero-byte buffer misaligned.
+    return raw[start : start + 1][:0], base + start
+
+
+# Guards the map counts of every CpuBuffer: maps are rare, and a lock per buffer would cost
+# every call's outputs its making.
+_map_lock = threading.Lock()
 
 
 class CpuBuffer(Buffer):
@@ -86,7 +90,10 @@ class CpuBuffer(Buffer):
     def allocate(cls, device: Device, size: int) -> CpuBuffer:
         """A new buffer of `size` bytes, 64-byte aligned (OutOfMemoryError: `host_bytes`)."""
         buffer = cls.__new__(cls)
-        buffer._init(device, *host_bytes(device.id, size))
+        storage, address = host_bytes(device.id, size)
+        # `_init`, written out: every call's outputs come here.
+        buffer.device, buffer.size, buffer.storage, buffer.address = device, size, storage, address
+        buffer._maps = 0
         return buffer
 
     def _init(self, device: Device, storage: np.ndarray, address: int) -> None:
@@ -94,12 +101,11 @@ class CpuBuffer(Buffer):
         self.size = storage.size
         self.storage = storage  # the bytes themselves; kernels write here directly
         self.address = address  # what the kernel parameter array holds
-        self._lock = threading.Lock()
         self._maps = 0
 
     def _map(self, deps: Sequence[Event]) -> None:
         wait_all(deps)
-        with self._lock:
+        with _map_lock:
             self._maps += 1
 
     def read(self, size: int, deps: Sequence[Event] = ()) -> np.ndarray:
@@ -117,7 +123,7 @@ class CpuBuffer(Buffer):
 
     def unmap(self) -> Event:
         """End one mapping (maps nest, as in OpenCL). Raises HalError when not mapped."""
-        with self._lock:
+        with _map_lock:
             if self._maps == 0:
                 raise HalError(f"{self!r} is not mapped")
             self._maps -= 1

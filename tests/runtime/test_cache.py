@@ -3,6 +3,7 @@ by exact value, Function objects cached by source, failures not cached, thread s
 
 from __future__ import annotations
 
+import pickle
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -13,7 +14,7 @@ import pytest
 import tile
 from hal.errors import BackendCompileError as HalCompileError
 from hal.errors import UnsupportedOnDevice
-from tile.runtime.cache import LRUCache, constant_entry
+from tile.runtime.cache import LRUCache, ProgramKey, constant_entry
 from tile.runtime.invoke import function_for
 
 if TYPE_CHECKING:
@@ -154,3 +155,14 @@ def test_lru_cache_evicts_the_least_recently_used() -> None:
     assert len(cache) == 0 and cache.get("a") is None
     with pytest.raises(ValueError):
         LRUCache(0)
+
+
+def test_program_keys_hash_by_value_and_pickle() -> None:
+    entry = ("tensor", "<f4", (3, 5))
+    key = ProgramKey("s", (("A", entry),), "llvm_cpu.0", "settings")
+    same = ProgramKey("s", (("A", ("tensor", "<f4", (3, 5))),), "llvm_cpu.0", "settings")
+    assert key == same and hash(key) == hash(same) and {key: 1}[same] == 1
+    assert key != ProgramKey("s", (("A", entry),), "llvm_cpu.0", "other")
+    copy = pickle.loads(pickle.dumps(key))
+    assert copy == key and hash(copy) == hash(key)
+    assert repr(key).count("_hash=") == 1  # source_hash only: the cached hash is not shown

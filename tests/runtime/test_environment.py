@@ -9,7 +9,7 @@ import pytest
 
 import tile
 from hal import registry
-from hal.environment import flag, lookup
+from hal.environment import flag, lookup, unset
 from hal.errors import DeviceUnavailableError
 
 NEGATE = "function (A[N]) -> (B) { B = -A; }"
@@ -80,3 +80,17 @@ def test_lookup_sees_every_change_to_os_environ(monkeypatch: pytest.MonkeyPatch)
     assert lookup(name) == ""
     monkeypatch.setattr(os, "environ", {name: "plain"})
     assert lookup(name) == "plain"
+
+
+def test_unset_sees_every_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    names = ("TILE_TEST_UNSET_A", "TILE_TEST_UNSET_B")
+    for name in names:
+        monkeypatch.delenv(name, raising=False)
+    assert unset(names)
+    monkeypatch.setenv(names[1], "")  # empty counts as unset
+    assert unset(names)
+    monkeypatch.setenv(names[1], "0")  # set, even to an off value: read it properly
+    assert not unset(names)
+    monkeypatch.delenv(names[1])
+    monkeypatch.setenv(names[0], "1")
+    assert not unset(names) and unset(names[1:])

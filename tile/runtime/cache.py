@@ -22,7 +22,7 @@ import hashlib
 import threading
 from collections import OrderedDict
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 import numpy as np
@@ -46,6 +46,19 @@ class ProgramKey:
     inputs: tuple[tuple[str, SignatureEntry], ...]  # (input name, signature entry), sorted
     device_id: str
     settings: str  # HardwareSettings.fingerprint()
+    # Hashed once: every cached call looks its program up by this key.
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        fields = (self.source_hash, self.inputs, self.device_id, self.settings)
+        object.__setattr__(self, "_hash", hash(fields))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple:
+        # Made again where it is unpickled: a string's hash differs between processes.
+        return (ProgramKey, (self.source_hash, self.inputs, self.device_id, self.settings))
 
 
 def source_hash(source: str, floatx: str = "float32") -> str:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from tile.bind.program import BoundProgram
     from tile.lower.schedule import OutputPlan, Schedule
     from tile.runtime.cache import ProgramKey, SignatureEntry
+    from tile.runtime.launch import PreparedRun
 
 from tile.runtime.device import BufferState, Contents, DeviceRuntime, build_error, execution_error
 
@@ -56,6 +57,8 @@ class CompiledProgram:
     # signature entry (computed once: every call makes its outputs).
     output_parts: dict[str, tuple[Contents, SignatureEntry]] = field(init=False)
     copied_outputs: tuple[OutputPlan, ...] = field(init=False)  # those of source COPY
+    # How a call over tensors repeats this program (tile.runtime.launch), once one has.
+    prepared: PreparedRun | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         outputs = self.schedule.outputs

@@ -11,6 +11,7 @@ launches; an
 from __future__ import annotations
 
 import functools
+import weakref
 from typing import TYPE_CHECKING
 
 from semtree.types import DType, TensorShape
@@ -30,7 +31,7 @@ from tile.runtime.cache import (
 )
 from tile.runtime.compiled import CompiledFunction, SymbolicSpec, TensorSpec, signature_entry
 from tile.runtime.execute import compile_program, load_program, save_program
-from tile.runtime.launch import Invocation, launch
+from tile.runtime.launch import Invocation, PreparedRun, launch
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -63,6 +64,9 @@ class Function(FrontEndFunction):
         # The last call's (device argument, signature) and its device and program key: a
         # repeated call skips the Invoker's checks and finds its program by that key.
         self._last: tuple[tuple, Device, ProgramKey] | None = None
+        # For the last call whose inputs were all tensors: its device argument and its
+        # program's PreparedRun, which repeats such a call by the shortest path there is.
+        self._prepared: tuple[DeviceLike, weakref.ref[PreparedRun]] | None = None
 
     def _front_end(self, source: str) -> tuple[FunctionDef, tuple[Diagnostic, ...]]:
         return _checked(source)
@@ -86,20 +90,51 @@ class Function(FrontEndFunction):
         given: DeviceMismatch), else `device`, else the default. Reading an output waits for
         it. Too many positional inputs, or one given twice, is a TypeError.
         """
-        named = self.named_inputs(args, inputs)
+        named = self.named_inputs(args, inputs) if args else inputs  # a dict of this call
+        prepared = self._prepared
+        if prepared is not None and device is prepared[0]:
+            run = prepared[1]()  # None once its program is gone
+            if run is not None:
+                outputs = run.repeat(named)
+                if outputs is not None:
+                    return outputs
         key = self._repeat_key(named, device)
         last = self._last
         if key is not None and last is not None and last[0] == key:
             _, run_device, program_key = last
             program = run_device.runtime.programs.get(program_key)  # None once evicted
             if program is not None:
-                return launch(run_device, program, named, {}, self.name).outputs
+                outputs = launch(run_device, program, named, {}, self.name).outputs
+                self._prepare(named, key, run_device, program)
+                return outputs
         invoker = Invoker(self, named, device=device)
         outputs = invoker.invoke().outputs
         if key is not None and invoker._program is not None:
-            assert invoker._program_device is not None
-            self._last = (key, invoker._program_device, invoker._program.key)
+            run_device = invoker._program_device
+            assert run_device is not None
+            self._last = (key, run_device, invoker._program.key)
+            self._prepare(named, key, run_device, invoker._program)
         return outputs
+
+    def _prepare(
+        self,
+        named: Mapping[str, InputValue],
+        key: tuple,
+        run_device: Device,
+        program: CompiledProgram,
+    ) -> None:
+        """Let the next call like this one repeat it by the program's `PreparedRun` (made
+        once per program), if every input is a tensor; a call with other inputs leaves the
+        last one prepared. The run is held weakly: the program cache alone keeps programs."""
+        if not all(isinstance(named[name], Tensor) for name in self.inputs):
+            return
+        run = program.prepared
+        if run is None:
+            expected = tuple(zip(self.inputs, key[2], strict=True))
+            run = program.prepared = PreparedRun.of(run_device, program, expected)
+            if run is None:
+                return
+        self._prepared = (key[0], weakref.ref(run))
 
     def _repeat_key(self, named: Mapping[str, InputValue], device: DeviceLike) -> tuple | None:
         """What a call must share with the last one to reuse its program without checks: the
