@@ -144,6 +144,7 @@ def check(case: Case, device: tile.Device | str) -> Outcome:
         invoker.set_outputs(outputs)
         invoker.invoke().wait()
         got = {name: tensor.to_numpy() for name, tensor in outputs.items()}
+        repeated = _called_twice(case, device)
     except Exception as error:
         return Outcome("error", f"{type(error).__name__}: {error}")
     problems = []
@@ -152,4 +153,27 @@ def check(case: Case, device: tile.Device | str) -> Outcome:
         problem = compare(got[name], value, dtype, precisions(case))
         if problem:
             problems.append(f"{name}: {problem}")
+        problem = compare(repeated[name], value, dtype, precisions(case))
+        if problem:
+            problems.append(f"{name}, called again: {problem}")
     return Outcome("mismatch", "; ".join(problems)) if problems else Outcome("ok")
+
+
+def _called_twice(case: Case, device: tile.Device | str) -> dict[str, np.ndarray]:
+    """The outputs of the second of two calls of `case`'s function over tensors, which
+    repeats the first (`PreparedRun` when every input is a tensor): the path of a program
+    called in a loop. The first call's outputs stay alive, so that the second's are new
+    buffers (and the pool's recycled ones hold another case's values)."""
+    on = tile.device(device) if isinstance(device, str) else device
+    function = tile.Function(case.source)
+    values = {
+        name: tile.Tensor.from_numpy(value, on)
+        if isinstance(value, np.ndarray) and value.ndim
+        else value
+        for name, value in case.inputs.items()
+    }
+    first = function(device=on, **values)
+    again = function(device=on, **values)
+    result = {name: tensor.to_numpy() for name, tensor in again.items()}
+    del first
+    return result

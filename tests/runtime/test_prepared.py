@@ -20,6 +20,8 @@ from tests.shipped import SHIPPED
 from tile.runtime.launch import PreparedRun
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from tests.runtime.fakes import FakeDevice
 
 # Two contractions, a temporary between them, bias and relu: several kernels and a buffer
@@ -164,3 +166,34 @@ def test_a_failed_repeat_fails_its_outputs(fake: tile.Device, fake_hal: FakeDevi
         failed.numpy()
     del fake_hal.failing["add"]
     np.testing.assert_array_equal(add_one(X=x)["Y"].numpy(), [1, 1])
+
+
+@pytest.mark.parametrize("device_id", SHIPPED)
+def test_compiled_functions_and_bundles_repeat(
+    device_id: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A CompiledFunction repeats its program from the second call over tensors; one loaded
+    from a bundle too, though no cache holds its program."""
+    device = tile.device(device_id)
+    b, k, h, n = 5, 9, 17, 3
+    shapes = ((b, k), (k, h), (h,), (h, n))
+    specs = [tile.spec(shape) for shape in shapes]
+    compiled = tile.Function(MLP, "mlp").compile(*specs, device=device)
+    path = compiled.save(tmp_path / "mlp.tileb")
+    loaded = tile.load(path, device=device)
+    random = np.random.default_rng(11)
+    repeats = Repeats(monkeypatch)
+    for function in (compiled, loaded):
+        before = repeats.count
+        for call in range(4):
+            arrays = [random.standard_normal(shape).astype(np.float32) for shape in shapes]
+            tensors = [tile.Tensor.from_numpy(array, device) for array in arrays]
+            named = dict(zip(("X", "W1", "C", "W2"), tensors, strict=True))
+            outputs = function(*tensors) if call % 2 else function(**named)
+            y, hidden = mlp_reference(*arrays)
+            np.testing.assert_allclose(outputs["T"].numpy(), hidden, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(outputs["Y"].numpy(), y, rtol=1e-4, atol=1e-4)
+        assert repeats.count == before + 3
+    # The compiled function's program is the cache's; the loaded one's is its own.
+    assert compiled.program.prepared._key is not None  # type: ignore[union-attr]
+    assert loaded.program.prepared._key is None  # type: ignore[union-attr]

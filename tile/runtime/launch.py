@@ -98,7 +98,10 @@ class PreparedRun:
     ) -> None:
         schedule = program.schedule
         assert program.temporaries is not None
-        self._key = program.key  # the program is held by the cache only, and holds this
+        # The program's key when the device's cache holds it (a repeat checks it still does:
+        # the cache alone holds the program, which holds this); None for one that its caller
+        # holds (a CompiledFunction's, loaded from a bundle).
+        self._key = program.key if device.runtime.programs.get(program.key) is program else None
         self._device = device
         self._expected = expected  # (name, signature entry) of every input, all tensors
         self._inputs = schedule.inputs  # (name, slot) of the inputs kernels read
@@ -160,9 +163,10 @@ class PreparedRun:
             if value._entry != entry:  # type: ignore[union-attr]
                 return None
         runtime = device.runtime
-        program = runtime.programs.get(self._key)  # a hit, in LRU order
-        if program is None or program.prepared is not self:
-            return None  # evicted, or built again: the full path finds the current one
+        if self._key is not None:
+            program = runtime.programs.get(self._key)  # a hit, in LRU order
+            if program is None or program.prepared is not self:
+                return None  # evicted, or built again: the full path finds the current one
         slots = self._slots.copy()
         for name, slot in self._inputs:
             slots[slot] = named[name]._state  # type: ignore[union-attr]
