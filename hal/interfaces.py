@@ -196,6 +196,9 @@ class Executor(ABC):
 
     buffer_alignment: int
     makes_views: bool = False  # whether `view` makes views (at multiples of the alignment)
+    # Whether buffers are host memory: `Buffer.read` without dependencies is then a copy on
+    # the calling thread that waits for nothing (a caller may make it under its own lock).
+    host_memory: bool = False
 
     @abstractmethod
     def allocate(self, size: int) -> Buffer:

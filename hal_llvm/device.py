@@ -192,6 +192,7 @@ class LLVMExecutor(Executor):
 
     buffer_alignment = ALIGNMENT
     makes_views = True
+    host_memory = True
 
     def __init__(self, device: LLVMDevice, runtime: CpuRuntime) -> None:
         self.device = device

@@ -8,6 +8,7 @@ Each test that checks values compares with float64 numpy, on outputs that are ne
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -197,3 +198,39 @@ def test_compiled_functions_and_bundles_repeat(
     # The compiled function's program is the cache's; the loaded one's is its own.
     assert compiled.program.prepared._key is not None  # type: ignore[union-attr]
     assert loaded.program.prepared._key is None  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("device_id", SHIPPED)
+def test_reads_of_a_tensor_rewritten_meanwhile_are_whole(device_id: str) -> None:
+    """A read of a small tensor (taken under the device's lock on host-memory devices) sees
+    one write or the next, never part of each, while another thread rewrites it."""
+    device = tile.device(device_id)
+    fill = tile.Function("function (A[N], K[]) -> (O) { O = A * 0 + K; }", "fill")
+    n = 16384  # 64 KiB: the largest read made under the lock
+    target = tile.Tensor.from_numpy(np.zeros(n, np.float32), device)
+    zeros = tile.Tensor.from_numpy(np.zeros(n, np.float32), device)
+    stop = threading.Event()
+    failures: list[str] = []
+
+    def rewrite() -> None:
+        k = 0
+        while not stop.is_set():
+            k += 1
+            value = tile.Tensor.from_numpy(np.array(k, np.float32), device)
+            tile.Invoker(fill, {"A": zeros, "K": value}, {"O": target}).invoke()
+
+    writer = threading.Thread(target=rewrite)
+    writer.start()
+    try:
+        deadline = time.monotonic() + 1.0
+        reads = 0
+        while time.monotonic() < deadline:
+            values = target.numpy()
+            reads += 1
+            if not (values == values[0]).all():
+                failures.append(f"read {reads}: {np.unique(values)[:4]}")
+                break
+    finally:
+        stop.set()
+        writer.join()
+    assert not failures and reads > 10

@@ -179,3 +179,8 @@ class LRUCache(Generic[Key, Value]):
         with self._lock:
             entry = self._entries.get(key)
             return entry is not None and not isinstance(entry, Future)
+
+    def holds(self, key: Key, value: Value) -> bool:
+        """Whether `value` is the finished entry of `key` (no hit counted, no LRU change)."""
+        with self._lock:
+            return self._entries.get(key) is value

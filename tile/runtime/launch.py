@@ -101,7 +101,7 @@ class PreparedRun:
         # The program's key when the device's cache holds it (a repeat checks it still does:
         # the cache alone holds the program, which holds this); None for one that its caller
         # holds (a CompiledFunction's, loaded from a bundle).
-        self._key = program.key if device.runtime.programs.get(program.key) is program else None
+        self._key = program.key if device.runtime.programs.holds(program.key, program) else None
         self._device = device
         self._expected = expected  # (name, signature entry) of every input, all tensors
         self._inputs = schedule.inputs  # (name, slot) of the inputs kernels read
