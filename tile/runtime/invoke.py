@@ -90,7 +90,7 @@ class Function(FrontEndFunction):
         given: DeviceMismatch), else `device`, else the default. Reading an output waits for
         it. Too many positional inputs, or one given twice, is a TypeError.
         """
-        named = self.named_inputs(args, inputs) if args else inputs  # a dict of this call
+        named = self.named_inputs(args, inputs)  # a subclass may add some (gradients)
         prepared = self._prepared
         if prepared is not None and device is prepared[0]:
             run = prepared[1]()  # None once its program is gone
