@@ -90,10 +90,7 @@ class CpuBuffer(Buffer):
     def allocate(cls, device: Device, size: int) -> CpuBuffer:
         """A new buffer of `size` bytes, 64-byte aligned (OutOfMemoryError: `host_bytes`)."""
         buffer = cls.__new__(cls)
-        storage, address = host_bytes(device.id, size)
-        # `_init`, written out: every call's outputs come here.
-        buffer.device, buffer.size, buffer.storage, buffer.address = device, size, storage, address
-        buffer._maps = 0
+        buffer._init(device, *host_bytes(device.id, size))
         return buffer
 
     def _init(self, device: Device, storage: np.ndarray, address: int) -> None:
