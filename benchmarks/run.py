@@ -11,7 +11,12 @@ where tinygrad is importable, `tinygrad` gives tinygrad's time / our time, tinyg
 device's own OpenCL driver (Intel's CPU runtime for a device on it), else on PoCL
 (benchmarks/tinygrad_peer.py). The last line holds the geomeans of those ratios.
 
-Run: `.venv/bin/python benchmarks/run.py [--device ID] [--filter NAME] [--rounds N]`.
+With `--also ID`, the same function on a second tile device is timed in the same rounds too
+(issue 12 asks OpenCL for a geomean within 2x of llvm_cpu.0 in one run): its column is that
+device's time / our time.
+
+Run: `.venv/bin/python benchmarks/run.py [--device ID] [--also ID] [--filter NAME]
+[--rounds N]`.
 """
 
 from __future__ import annotations
@@ -100,21 +105,26 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--budget", type=float, default=20.0, help="seconds per workload")
     parser.add_argument("--no-tinygrad", dest="tinygrad", action="store_false")
+    parser.add_argument(
+        "--also", default=None, help="another tile device, timed in the same rounds"
+    )
     args = parser.parse_args()
     sys.path.insert(0, str(BENCH))
     import workloads  # type: ignore[import-not-found]
 
     device = tile.device(args.device)
+    also = tile.device(args.also) if args.also else None
     peers = plaidml_ratios()
     print(f"device {device.id}: {device.description}")
+    also_title = f" {also.id:>11s}" if also else ""
     header = (
         f"{'workload':24s} {'ours ms':>9s} {'numpy ms':>9s} {'ratio':>7s} {'plaidml':>8s} "
-        f"{'torch':>7s} {'tinygrad':>8s}  check"
+        f"{'torch':>7s} {'tinygrad':>8s}{also_title}  check"
     )
     print(header)
     print("-" * len(header))
     failures = 0
-    geomeans: dict[str, list[float]] = {"torch": [], "tinygrad": []}
+    geomeans: dict[str, list[float]] = {"torch": [], "tinygrad": [], "also": []}
     for workload in workloads.WORKLOADS:
         if args.filter not in workload.name:
             continue
@@ -138,12 +148,24 @@ def main() -> int:
         torch_fn = torch_call(workload, arrays)
         expression = getattr(workload, "tinygrad_fn", None) if args.tinygrad else None
         tinygrad_fn = tinygrad_call(expression, arrays, driver_of(device))
-        peer_calls = {"torch": torch_fn, "tinygrad": tinygrad_fn}
+        also_fn = None
+        if also is not None:
+            there = {n: tile.Tensor.from_numpy(a, also) for n, a in arrays.items()}
+
+            def also_fn(function=function, tensors=there, name=workload.output):
+                function(device=also, **tensors)[name].wait()
+
+            got = function(device=also, **there)[workload.output].to_numpy()
+            wrong = float(np.max(np.abs(got.astype(np.float64) - expected))) / scale
+            if got.shape != expected.shape or not wrong < 1e-3:
+                failures += 1
+                print(f"{workload.name}: WRONG on {also.id} (rel err {wrong:.1e})")
+        peer_calls = {"torch": torch_fn, "tinygrad": tinygrad_fn, "also": also_fn}
         calls += [c for c in peer_calls.values() if c is not None]
         ours_s, numpy_s, *peer_s = median_times(calls, args.rounds, args.budget)
         ratio = numpy_s / ours_s
         texts = {}
-        for (name, call), width in zip(peer_calls.items(), (7, 8), strict=True):
+        for (name, call), width in zip(peer_calls.items(), (7, 8, 11), strict=True):
             if call is None:
                 texts[name] = f"{'-':>{width}s}"
                 continue
@@ -154,7 +176,8 @@ def main() -> int:
         check = f"ok ({error:.1e})" if ok else f"WRONG (rel err {error:.1e})"
         print(
             f"{workload.name:24s} {ours_s * 1e3:9.3f} {numpy_s * 1e3:9.3f} {ratio:7.2f} "
-            f"{peer_text} {texts['torch']} {texts['tinygrad']}  {check}",
+            f"{peer_text} {texts['torch']} {texts['tinygrad']}"
+            f"{' ' + texts['also'] if also else ''}  {check}",
             flush=True,
         )
     print(
@@ -162,11 +185,13 @@ def main() -> int:
         "PlaidML 0.7.0 llvm_cpu from the baseline README; torch = torch time / our time "
         "(> 1 is faster than PyTorch), tinygrad the same for tinygrad (on "
         f"{driver_of(device)}), measured in the same rounds"
+        + (f"; {also.id} = its time / our time, in the same rounds" if also else "")
     )
     for name, ratios in geomeans.items():
         if ratios:
             mean = float(np.exp(np.mean(np.log(ratios))))
-            print(f"geomean {name} time / our time over {len(ratios)} workloads: {mean:.2f}")
+            who = also.id if name == "also" and also else name
+            print(f"geomean {who} time / our time over {len(ratios)} workloads: {mean:.2f}")
     return 1 if failures else 0
 
 

@@ -17,7 +17,7 @@ from semtree.nodes import For, walk
 from tests.lower.harness import LLVM_CPU, SCALAR, run_program
 from tests.shipped import SHIPPED
 from tile.lower.generate import generate_program
-from tile.lower.tiles import STREAM_VECTORS, choose_tiles
+from tile.lower.tiles import GROUP_ELEMENTS, STREAM_VECTORS, choose_tiles
 
 TRANSPOSE = "function (I[M, N]) -> (O) { O[n, m: N, M] = =(I[m, n]); }"
 OPTIONS = RenderOptions(device="test")
@@ -43,6 +43,39 @@ def test_policy() -> None:
     assert scalar == (1, 1)
     lanes = choose_tiles((64, 64), LLVM_CPU, reduction_points=256, accumulator_bytes=4, lanes=64)
     assert lanes == (1, 1)
+
+
+@pytest.mark.parametrize(
+    "shape", [(4096, 256), (8, 128, 256), (37, 50), (5, 3), (129, 1), (16_000_000,), (3, 7, 1000)]
+)
+@pytest.mark.parametrize("settings", [LLVM_CPU, replace(LLVM_CPU, vector_loops=True)])
+def test_elementwise_groups_grow(shape: tuple[int, ...], settings: HardwareSettings) -> None:
+    """An elementwise kernel's tile grows from the last dimension outwards (an outer one only
+    once the tile spans the dimensions inside it) to at most GROUP_ELEMENTS elements, while
+    the grid keeps goal_groups groups; under vector_loops its strip is a whole number of
+    vectors where a row holds more than one."""
+    width = settings.vec_size
+    tiles = choose_tiles(shape, settings, reduction_points=1, accumulator_bytes=4, elementwise=True)
+    strip = 4 * width
+    last = (
+        -(-shape[-1] // width) * width if settings.vector_loops and shape[-1] > width else shape[-1]
+    )
+    assert tiles[-1] >= min(last, strip)
+    assert np.prod(tiles) <= max(GROUP_ELEMENTS, min(last, strip))
+    groups = np.prod([-(-size // t) for size, t in zip(shape, tiles, strict=True)])
+    if np.prod(tiles) > min(last, strip):  # grown: the cores keep their groups
+        assert groups >= settings.goal_groups
+    for axis in range(len(shape) - 1):
+        if tiles[axis] > 1:
+            assert all(t >= s for t, s in zip(tiles[axis + 1 :], shape[axis + 1 :], strict=True))
+    plain = choose_tiles(shape, settings, reduction_points=1, accumulator_bytes=4)
+    assert plain[:-1] == (1,) * (len(shape) - 1)  # a permutation's strip does not grow
+    assert choose_tiles(
+        (4096, 256), settings, reduction_points=1, accumulator_bytes=4, elementwise=True
+    ) == (4, 256)
+    assert choose_tiles(
+        (16_000_000,), settings, reduction_points=1, accumulator_bytes=4, elementwise=True
+    ) == (GROUP_ELEMENTS,)
 
 
 def test_streaming_reductions_get_wide_strips() -> None:

@@ -73,6 +73,22 @@ def test_a_widened_loop_steps_by_vectors() -> None:
     assert "tw0 * 8" in text and "x0 + 8 <= 1001" in text and "1001 - x0" in text
 
 
+@pytest.mark.parametrize("shape", [(37, 50), (64, 33), (100, 17), (300, 16), (5, 1000)])
+def test_tiles_over_rows_are_widened(shape: tuple[int, int]) -> None:
+    """A tile of several rows or a long strip (`tile.lower.tiles.GROUP_ELEMENTS`): the tile
+    loop of a row is widened inside the loop over rows, the guard of the rows kept around it,
+    ragged rows counted; the result is numpy's, outputs poisoned (reference interpreter)."""
+    rng = np.random.default_rng(shape[1])
+    inputs = {"X": _rand(rng, *shape), "B": _rand(rng, shape[1])}
+    kernel_list = generate_program(tile.Function(BIAS).bind(inputs), WIDE[16])
+    (kernel,) = kernel_list.kernels
+    assert np.prod(kernel.tile) > 4 * 16  # more than one strip of vectors
+    assert any(isinstance(node, Lanes) for node in walk(kernel.body))  # type: ignore[arg-type]
+    want = np.exp(inputs["X"].astype(np.float64) + inputs["B"]) * 2
+    got = run_program(BIAS, inputs, WIDE[16])["O"]
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6)
+
+
 CASES = [  # source, inputs for a size, numpy of the inputs in order
     (
         GELU,

@@ -355,6 +355,7 @@ def _tiles(
         lanes=lanes,
         crosswise=crosswise,
         streams=streams,
+        elementwise=flat is None,
     )
 
 

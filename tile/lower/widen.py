@@ -13,6 +13,10 @@ into `width` lanes per iteration,
         if (x + width <= N) { the statements on vectors }            (or no test, N % width == 0)
         else if (x < N)     { the same, every access counted: lanes below N - x }
 
+A guard on other dimensions as well (`if (x0 < M && x < N)`, a tile over several rows) keeps
+its other part around the vector code: it holds for every lane. An outer tile loop (the rows
+of such a tile) is left as it is, and the tile loop inside it widened.
+
 Lane `l` computes what element `x + l` computed: a value that depends on `x` becomes a vector
 of `width` lanes; one that does not stays a scalar, broadcast where it meets a vector. A memory
 access whose element offset has coefficient 1 in `x` becomes `Lanes` (a vector at any
@@ -111,7 +115,10 @@ def _statement(stmt: Stmt, width: int, pointers: dict[str, Type]) -> Stmt:
                     base = IntConst(0)
                 case _:
                     return stmt
-            if not (type_.is_index and _innermost(rest)):
+            if type_.is_index and not _innermost(rest):  # an outer tile loop: widen inside
+                body = _statement(stmt.body, width, pointers)
+                return stmt if body is stmt.body else replace(stmt, body=body)
+            if not type_.is_index:
                 return stmt
             if count % width or _mentions(base, {var}):
                 raise _RefusedError
@@ -131,6 +138,18 @@ def _loop(
     start = Binary(BinOp.ADD, base, Binary(BinOp.MUL, Load(Lookup(loop.var)), IntConst(width)))
     head = Declare(Type.index(), x, start)
     here = Load(Lookup(x))
+    outer = None  # the part of a tile's guard that holds for every lane (other dimensions)
+    match rest:
+        case (
+            If(
+                Binary(BinOp.LAND, left, Binary(BinOp.LT, Load(Lookup(name)), IntConst()) as right),
+                then,
+                None,
+            ),
+        ) if name == x and not _mentions(left, {x, loop.var}):
+            outer, rest = left, (If(right, then),)
+        case _:
+            pass
     match rest:
         case (If(Binary(BinOp.LT, Load(Lookup(name)), IntConst(size)), then, None),) if name == x:
             statements = then.stmts if isinstance(then, Block) else (then,)
@@ -144,6 +163,8 @@ def _loop(
                 body = If(fits, full, If(Binary(BinOp.LT, here, IntConst(size)), ragged))
         case _:
             body = _Widener(x, width, pointers, None).block(rest)
+    if outer is not None:
+        body = If(outer, body)
     return For(loop.var, loop.count // width, 1, Block((head, body)), span=loop.span)
 
 
