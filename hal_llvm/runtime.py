@@ -32,7 +32,10 @@ ran inline (below). Threading design:
   right after submitting.
 
 Threads start on the first job and are daemons; `close()` (also called at interpreter
-exit) lets the queued jobs finish and stops them.
+exit) lets the queued jobs finish and stops them. A fork waits (up to 10 s) until every
+device's queue is idle, and the child starts its own threads on its first job: without
+this, a child (`multiprocessing` forks on Linux) waited forever on its first launch for a
+scheduler that exists only in its parent.
 """
 
 from __future__ import annotations
@@ -457,11 +460,51 @@ class CpuRuntime:
         for helper in helpers:
             helper.join(timeout)
 
+    # ---- fork ---------------------------------------------------------------------------
+
+    def _settle_before_fork(self, timeout: float) -> None:
+        """Wait, up to `timeout` seconds, until no job is queued or running, so that the child
+        of a fork inherits no job half done and no lock held by a compute thread."""
+        if self._scheduler is None or self._scheduler is threading.current_thread():
+            return
+        deadline = time.monotonic() + timeout
+        while self._pending and time.monotonic() < deadline:
+            time.sleep(1e-4)
+
+    def _restart_in_child(self) -> None:
+        """In the child of a fork: none of the parent's threads exist here, and its locks and
+        queues may be in any state; start afresh, the threads again on the first job."""
+        self._state_lock = threading.Lock()
+        self._running = threading.Lock()
+        self._jobs = SimpleQueue()
+        self._helper_work = SimpleQueue()
+        self._scheduler = None
+        self._helpers = []
+        self._pool = None
+        self._pending = 0
+
 
 _live_runtimes: weakref.WeakSet[CpuRuntime] = weakref.WeakSet()
+
+# How long a fork waits for the devices' queued work (above) before it goes ahead.
+_FORK_SETTLE_SECONDS = 10.0
 
 
 @atexit.register
 def _close_all_at_exit() -> None:
     for runtime in list(_live_runtimes):
         runtime.close(_EXIT_JOIN_SECONDS)
+
+
+def _before_fork() -> None:
+    for runtime in list(_live_runtimes):
+        runtime._settle_before_fork(_FORK_SETTLE_SECONDS)
+
+
+def _after_fork_in_child() -> None:
+    for runtime in list(_live_runtimes):
+        runtime._restart_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)

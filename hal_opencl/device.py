@@ -46,7 +46,7 @@ from hal_opencl import driver_cache, vendors
 from hal_opencl.build import build_log
 from hal_opencl.executor import OpenCLExecutor
 from hal_opencl.platforms import HIDDEN, matches, order_platforms, platform_key
-from hal_opencl.queue import DeviceQueue
+from hal_opencl.queue import DeviceQueue, check_not_forked, driver_loaded
 
 FORCE_GPU_SETTINGS = "TILE_FORCE_GPU_SETTINGS"
 
@@ -201,6 +201,7 @@ class OpenCLDevice(Device):
     def queue(self) -> DeviceQueue:
         """The device's context and in-order queue, created on first use."""
         queue = self._queue
+        check_not_forked(self.id)
         if queue is None:
             with self._lock:
                 if self._queue is None:
@@ -290,6 +291,7 @@ class OpenCLDriver(Driver):
     id_prefix = "opencl"
 
     def __init__(self, *, profiling: bool | None = None) -> None:
+        driver_loaded()  # from here on, a forked child cannot use OpenCL (hal_opencl.queue)
         try:
             platforms = cl.get_platforms()
         except cl.Error as error:  # no ICD loader configuration, no platform

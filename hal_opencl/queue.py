@@ -38,6 +38,13 @@ finalization; `close()` lets queued work finish, finishes the device queue and j
 threads. Work that arrives at a closed queue from elsewhere (a deferred command whose
 dependency completes later, a completion action) runs on the thread that brings it, so
 closing in any order leaves no command unqueued and no action undone.
+
+Fork: a driver's threads stay in the parent of a `fork`, and PoCL then waits forever in the
+child for the first command or build (even when the parent only listed the platforms).
+OpenCL leaves a child's use of its parent's driver undefined, so in the child of a fork made
+after a driver was loaded (`driver_loaded`), every device refuses work with a HalError that
+says so (`check_not_forked`: opening a device's queue, submitting, a host map or read); a
+child that only exits is fine.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ import atexit
 import contextlib
 import gc
 import logging
+import os
 import threading
 import weakref
 from queue import SimpleQueue
@@ -88,10 +96,41 @@ class ContextHolder(Protocol):
     def unpark(self, context: cl.Context) -> None: ...
 
 
+_driver_loaded = False  # an OpenCL driver was loaded in this process (before any fork)
+_forked = False  # this process is the child of a fork made after that
+
+
+def driver_loaded() -> None:
+    """Note that this process has loaded an OpenCL driver (listed its platforms)."""
+    global _driver_loaded
+    _driver_loaded = True
+
+
+def check_not_forked(name: str) -> None:
+    """HalError if this process is the child of a fork made after the driver was loaded."""
+    if _forked:
+        raise HalError(
+            f"{name} cannot be used in this process: it was forked after the OpenCL driver "
+            "was loaded, and the driver's threads stayed in the parent. Start worker "
+            "processes with multiprocessing's 'spawn' or 'forkserver' method, or use OpenCL "
+            "only after forking"
+        )
+
+
+def _after_fork_in_child() -> None:
+    global _forked
+    _forked = _forked or _driver_loaded
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class DeviceQueue:
     """One device's context, in-order command queue and submitter thread."""
 
     def __init__(self, name: str, cl_device: cl.Device, *, profiling: bool | None = None) -> None:
+        check_not_forked(name)
         self.name = name
         self.cl_device = cl_device
         self.profiling = profiling_requested() if profiling is None else profiling
@@ -128,6 +167,7 @@ class DeviceQueue:
         """For a blocking host call (a map, a read): `with queue.blocking() as cl_queue:`
         gives the command queue, and no renewal happens until the block ends, so the handles
         the caller reads in it stay those of the queue's context."""
+        check_not_forked(self.name)
         return _Blocking(self)
 
     def renew(self) -> bool:
@@ -193,6 +233,7 @@ class DeviceQueue:
         every dependency is ready; never blocks. A failed dependency skips the command."""
         if self._closed:
             raise HalError(f"{self.name} is closed")
+        check_not_forked(self.name)
         event = OpenCLEvent(self, label)
         dependencies = tuple(deps)
         pending = [dep for dep in dependencies if not self._ready(dep)]

@@ -237,8 +237,13 @@ def test_small_launches_are_not_split(cpu_device) -> None:
     assert runtime.should_split(1000, 10**9, 0) is (runtime.threads > 1)
 
 
-def _recorder(names: list[str]):
-    return lambda params, begin, end: names.append(threading.current_thread().name)
+def _recorder(names: list[str], seconds: float = 0.0):
+    def record(params: int, begin: int, end: int) -> None:
+        names.append(threading.current_thread().name)
+        if seconds:
+            time.sleep(seconds)  # releases the GIL, like a native call
+
+    return record
 
 
 def test_a_short_ready_launch_on_an_idle_queue_runs_on_the_caller(cpu_device) -> None:
@@ -247,7 +252,9 @@ def test_a_short_ready_launch_on_an_idle_queue_runs_on_the_caller(cpu_device) ->
     event = runtime.launch(_recorder(names), 0, 64, split=False, inline=True)
     assert event.is_complete and names == [threading.current_thread().name]
     names.clear()
-    split = runtime.launch(_recorder(names), 0, 64, split=True, inline=True)
+    # Slices that take a while: on a loaded machine a helper could otherwise claim them all
+    # before the caller claims its first.
+    split = runtime.launch(_recorder(names, 0.002), 0, 64, split=True, inline=True)
     assert split.is_complete and threading.current_thread().name in names  # takes part
     names.clear()
     runtime.launch(_recorder(names), 0, 64, split=False).wait(timeout=10)  # not short
