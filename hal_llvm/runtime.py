@@ -32,10 +32,8 @@ ran inline (below). Threading design:
   right after submitting.
 
 Threads start on the first job and are daemons; `close()` (also called at interpreter
-exit) lets the queued jobs finish and stops them. A fork waits (up to 10 s) until every
-device's queue is idle, and the child starts its own threads on its first job: without
-this, a child (`multiprocessing` forks on Linux) waited forever on its first launch for a
-scheduler that exists only in its parent.
+exit) lets the queued jobs finish and stops them. A fork waits (up to 10 s) for idle queues;
+the child then starts its own threads on its first job (design 7.4).
 """
 
 from __future__ import annotations
@@ -181,16 +179,22 @@ class CpuRuntime:
         self.runner = runner
         self.spin_seconds = spin_seconds()  # read now: a bad value fails the device's opening
         self._make_pool = pool
+        self._closed = False
+        self._fresh()
+        _live_runtimes.add(self)
+
+    def _fresh(self) -> None:
+        """No thread, job or lock taken yet: at the start, and in the child of a fork, where
+        none of the parent's threads exist and its locks and queues may be in any state (the
+        threads start again on the first job)."""
         self._pool: NativePool | None = None
         self._state_lock = threading.Lock()
         self._jobs: SimpleQueue[_Job | None] = SimpleQueue()
         self._helper_work: SimpleQueue[SplitLaunch | None] = SimpleQueue()
         self._scheduler: threading.Thread | None = None
         self._helpers: list[threading.Thread] = []
-        self._closed = False
         self._pending = 0  # jobs queued or running (under _state_lock)
         self._running = threading.Lock()  # held while a job runs, on any thread
-        _live_runtimes.add(self)
 
     # ---- submission -----------------------------------------------------------------
 
@@ -460,34 +464,19 @@ class CpuRuntime:
         for helper in helpers:
             helper.join(timeout)
 
-    # ---- fork ---------------------------------------------------------------------------
-
     def _settle_before_fork(self, timeout: float) -> None:
-        """Wait, up to `timeout` seconds, until no job is queued or running, so that the child
-        of a fork inherits no job half done and no lock held by a compute thread."""
+        """Wait up to `timeout` s for no job queued or running: a fork's child then inherits
+        no job half done and no lock held by a compute thread."""
         if self._scheduler is None or self._scheduler is threading.current_thread():
             return
         deadline = time.monotonic() + timeout
         while self._pending and time.monotonic() < deadline:
             time.sleep(1e-4)
 
-    def _restart_in_child(self) -> None:
-        """In the child of a fork: none of the parent's threads exist here, and its locks and
-        queues may be in any state; start afresh, the threads again on the first job."""
-        self._state_lock = threading.Lock()
-        self._running = threading.Lock()
-        self._jobs = SimpleQueue()
-        self._helper_work = SimpleQueue()
-        self._scheduler = None
-        self._helpers = []
-        self._pool = None
-        self._pending = 0
-
 
 _live_runtimes: weakref.WeakSet[CpuRuntime] = weakref.WeakSet()
 
-# How long a fork waits for the devices' queued work (above) before it goes ahead.
-_FORK_SETTLE_SECONDS = 10.0
+_FORK_SETTLE_SECONDS = 10.0  # how long a fork waits for the devices' queued work
 
 
 @atexit.register
@@ -503,7 +492,7 @@ def _before_fork() -> None:
 
 def _after_fork_in_child() -> None:
     for runtime in list(_live_runtimes):
-        runtime._restart_in_child()
+        runtime._fresh()
 
 
 if hasattr(os, "register_at_fork"):
