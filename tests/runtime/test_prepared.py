@@ -92,8 +92,9 @@ def test_repeated_calls_match_numpy(
 
 @pytest.mark.parametrize("device_id", SHIPPED)
 def test_other_calls_take_the_full_path(device_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Another shape, a numpy input, a device given by name, logging or profiles asked for,
-    a cleared program cache: each takes the full path and is right."""
+    """Another shape, a numpy input, a device given by a selector or by another id, logging
+    or profiles asked for, a cleared program cache: each takes the full path and is right;
+    a device given by its id repeats like the device itself."""
     device = tile.device(device_id)
     function = tile.Function("function (A, B) -> (O) { O = A * B + 1; }", "fma")
     repeats = Repeats(monkeypatch)
@@ -120,7 +121,17 @@ def test_other_calls_take_the_full_path(device_id: str, monkeypatch: pytest.Monk
     check(a3, tensor(3), repeated=True)
     check(a3, np.arange(3, dtype=np.float32), repeated=False)  # leaves the prepared one be
     check(a3, tensor(3), repeated=True)
-    check(a3, tensor(3), repeated=False, device=device_id)  # the device by name
+    check(a3, tensor(3), repeated=False, device=device.id)  # the device by its id: repeats
+    check(a3, tensor(3), repeated=True, device=device.id)
+    selectors = [device_id, "llvm_cpu", "opencl", "opencl:intel"]  # never repeated
+    selector = next(s for s in selectors if "." not in s and tile.device(s) is device)
+    check(a3, tensor(3), repeated=False, device=selector)
+    check(a3, tensor(3), repeated=False, device=selector)
+    other = next(tile.device(other).id for other in SHIPPED if other != device_id)
+    for _ in range(2):  # another device's id: a mismatch every time, never a repeat
+        with pytest.raises(tile.DeviceMismatch):
+            function(A=tensor(3), B=tensor(3), device=other)
+    check(a3, tensor(3), repeated=True, device=device.id)
     for variable in ("TILE_DEBUG", "TILE_PROFILE"):
         monkeypatch.setenv(variable, "1")
         check(a3, tensor(3), repeated=False)

@@ -1,2 +1,1 @@
-"""The command line (`python -m tile ...`) and `make demo`: users of the public API.
-"""
+"""The command line (`python -m tile ...`) and `make demo`: users of the public API."""

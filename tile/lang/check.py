@@ -118,8 +118,7 @@ class _Checker:
             if statement.target not in live:
                 self.sink.warn(
                     "W-DEAD",
-                    f"'{statement.target}' contributes to no output: the statement can be "
-                    "removed",
+                    f"'{statement.target}' contributes to no output: the statement can be removed",
                     statement.span,
                 )
         return self.sink.warnings

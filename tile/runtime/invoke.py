@@ -92,7 +92,9 @@ class Function(FrontEndFunction):
         """
         named = self.named_inputs(args, inputs)  # a subclass may add some (gradients)
         prepared = self._prepared
-        if prepared is not None and device is prepared[0]:
+        if prepared is not None and (
+            device is prepared[0] or (device.__class__ is str and device == prepared[0])
+        ):
             run = prepared[1]()  # None once its program is gone
             if run is not None:
                 outputs = run.repeat(named)
@@ -138,12 +140,13 @@ class Function(FrontEndFunction):
 
     def _repeat_key(self, named: Mapping[str, InputValue], device: DeviceLike) -> tuple | None:
         """What a call must share with the last one to reuse its program without checks: the
-        device argument (None or a Device), the device of the tensor inputs (at least one),
-        and the signature of every input. None: take the full path (debug logging on, an
-        input missing, a device named by a string, no tensor, tensors on several devices)."""
+        device argument (None, a Device, or the id of the tensors' device), the device of the
+        tensor inputs (at least one), and the signature of every input. None: take the full
+        path (debug logging on, an input missing, a device named otherwise, no tensor,
+        tensors on several devices)."""
         if debug.level() or len(named) != len(self.inputs):
             return None
-        if device is not None and not isinstance(device, Device):
+        if device is not None and not isinstance(device, Device | str):
             return None
         entries = []
         tensors_on = None  # the device of the tensor inputs
@@ -159,7 +162,9 @@ class Function(FrontEndFunction):
                 entries.append(value._entry)
             else:
                 entries.append(signature_entry(value))
-        return None if tensors_on is None else (device, tensors_on, tuple(entries))
+        if tensors_on is None or (isinstance(device, str) and device != tensors_on.id):
+            return None  # a selector ("opencl:pocl"), or another device: the full path
+        return (device, tensors_on, tuple(entries))
 
     def compile(
         self, *args: InputValue | TensorSpec, device: DeviceLike = None, **inputs: object
