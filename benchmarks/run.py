@@ -138,11 +138,18 @@ def main() -> int:
         def numpy_call(workload=workload, arrays=arrays):
             workload.numpy_fn(**arrays)
 
-        got = function(device=device, **tensors)[workload.output].to_numpy()
         expected = workload.expected(arrays)
         scale = max(float(np.max(np.abs(expected))), 1.0)
-        error = float(np.max(np.abs(got.astype(np.float64) - expected))) / scale
-        ok = got.shape == expected.shape and error < 1e-3
+
+        def checked(
+            on, inputs, function=function, expected=expected, scale=scale, name=workload.output
+        ):
+            """(right, relative error) of the workload's result on device `on`."""
+            got = function(device=on, **inputs)[name].to_numpy()
+            error = float(np.max(np.abs(got.astype(np.float64) - expected))) / scale
+            return got.shape == expected.shape and error < 1e-3, error
+
+        ok, error = checked(device, tensors)
         failures += not ok
         calls = [ours, numpy_call]
         torch_fn = torch_call(workload, arrays)
@@ -155,9 +162,8 @@ def main() -> int:
             def also_fn(function=function, tensors=there, name=workload.output):
                 function(device=also, **tensors)[name].wait()
 
-            got = function(device=also, **there)[workload.output].to_numpy()
-            wrong = float(np.max(np.abs(got.astype(np.float64) - expected))) / scale
-            if got.shape != expected.shape or not wrong < 1e-3:
+            right, wrong = checked(also, there)
+            if not right:
                 failures += 1
                 print(f"{workload.name}: WRONG on {also.id} (rel err {wrong:.1e})")
         peer_calls = {"torch": torch_fn, "tinygrad": tinygrad_fn, "also": also_fn}

@@ -43,7 +43,7 @@ Fork: a driver's threads stay in the parent of a `fork`, and PoCL then waits for
 child for the first command or build (even when the parent only listed the platforms).
 OpenCL leaves a child's use of its parent's driver undefined, so in the child of a fork made
 after a driver was loaded (`driver_loaded`), every device refuses work with a HalError that
-says so (`check_not_forked`: opening a device's queue, submitting, a host map or read); a
+says so (`check_not_forked`: `OpenCLDevice.queue`, submitting, a host map or read); a
 child that only exits is fine.
 """
 
@@ -130,7 +130,6 @@ class DeviceQueue:
     """One device's context, in-order command queue and submitter thread."""
 
     def __init__(self, name: str, cl_device: cl.Device, *, profiling: bool | None = None) -> None:
-        check_not_forked(name)
         self.name = name
         self.cl_device = cl_device
         self.profiling = profiling_requested() if profiling is None else profiling

@@ -115,11 +115,11 @@ def _statement(stmt: Stmt, width: int, pointers: dict[str, Type]) -> Stmt:
                     base = IntConst(0)
                 case _:
                     return stmt
-            if type_.is_index and not _innermost(rest):  # an outer tile loop: widen inside
-                body = _statement(stmt.body, width, pointers)
-                return stmt if body is stmt.body else replace(stmt, body=body)
             if not type_.is_index:
                 return stmt
+            if not _innermost(rest):  # an outer tile loop (rows): widen the loop inside
+                body = _statement(stmt.body, width, pointers)
+                return stmt if body is stmt.body else replace(stmt, body=body)
             if count % width or _mentions(base, {var}):
                 raise _RefusedError
             return _loop(stmt, x, base, tuple(rest), width, pointers)

@@ -92,9 +92,7 @@ class Function(FrontEndFunction):
         """
         named = self.named_inputs(args, inputs)  # a subclass may add some (gradients)
         prepared = self._prepared
-        if prepared is not None and (
-            device is prepared[0] or (device.__class__ is str and device == prepared[0])
-        ):
+        if prepared is not None and (device is prepared[0] or device == prepared[0]):
             run = prepared[1]()  # None once its program is gone
             if run is not None:
                 outputs = run.repeat(named)
