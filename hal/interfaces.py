@@ -229,6 +229,26 @@ class Executor(ABC):
     def fill_zero(self, dst: Buffer, deps: Sequence[Event] = ()) -> Event:
         """Asynchronously set every byte of `dst` to zero once `deps` complete."""
 
+    def together(self, kernels: Sequence[Kernel]) -> bool:
+        """Whether `run_together` runs these kernels side by side, sooner than one by one
+        (the default: never). The caller asks once per set of kernels that do not depend on
+        each other, and launches them with `run_together` only where the answer is True."""
+        return False
+
+    def run_together(
+        self,
+        launches: Sequence[tuple[Kernel, Sequence[Buffer]]],
+        deps: Sequence[Event] = (),
+        *,
+        profile: bool = False,
+    ) -> list[Event]:
+        """Launch kernels that do not depend on each other (none writes a buffer that another
+        reads or writes) once all `deps` have completed, as `Kernel.run` would, and return
+        one event per launch. A backend may run them side by side as one job (their events
+        are then one event) where `together` says so; this default launches them one by one.
+        """
+        return [kernel.run(params, deps, profile=profile) for kernel, params in launches]
+
     def view(self, buffer: Buffer, offset: int, size: int) -> Buffer | None:
         """A buffer over bytes [offset, offset + size) of `buffer`, sharing its memory, for
         kernel parameters; None where this backend makes no views there (the default: none;

@@ -22,8 +22,9 @@ from hal.interfaces import Device, DeviceKind, DeviceSet, Driver, Executor, Kern
 from hal_llvm.compiler import LLVMCompiler, LLVMLibrary, host, llvm_version
 from hal_llvm.memory import ALIGNMENT, CpuArena, CpuBuffer
 from hal_llvm.pool import NativePool, available
-from hal_llvm.runtime import CpuRuntime
-from hal_llvm.slices import slice_runner
+from hal_llvm.runtime import SLICES_PER_THREAD, CpuRuntime, estimated_seconds
+from hal_llvm.slices import group_entry, group_table, slice_runner
+from hal_llvm.split import native_address
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
     from hal.interfaces import Buffer, Event, Library
     from hal_llvm.compiler import Renderer
     from hal_llvm.host import HostCpu
+
+    GroupGrid = tuple[int, int, int, int]  # (entry address, params address, groups, slices)
     from semtree.kernel import HardwareSettings, KernelParam
 
 
@@ -76,6 +79,9 @@ class LLVMKernel(Kernel):
             self._entry = library.grid_entry(index)
         elif self._trivial not in ("zero", "copy"):
             raise HalError(f"kernel {info.name!r} of kind {self._trivial!r} has no body")
+        # The entry point's machine address; None for one without a body, or a test's.
+        self._address = None if self._entry is None else native_address(self._entry)
+        self.native = self._address is not None  # whether it may run in a group (`grid`)
         self._split = runtime.should_split(self._groups, info.flops, info.bytes)
         self._inline = runtime.may_inline(info.flops, info.bytes)
 
@@ -183,6 +189,16 @@ class LLVMKernel(Kernel):
             inline=inline,
         )
 
+    def grid(self, params: Sequence[Buffer]) -> tuple[GroupGrid, object]:
+        """This kernel's launch over `params` as one of a group (`LLVMExecutor.run_together`;
+        `native` kernels only): (entry address, parameter array address, work-groups, slices),
+        slices of at most four per compute thread where the launch is worth splitting, else
+        one; and what the job must keep alive."""
+        array = self._bind(tuple(self._check(params)))
+        slices = min(self._groups, SLICES_PER_THREAD * self._runtime.threads) if self._split else 1
+        grid = (self._address, ctypes.addressof(array), self._groups, slices)
+        return grid, (tuple(params), array, self.library)
+
     def __repr__(self) -> str:
         return f"<LLVMKernel {self.info.name} over {self._groups} work-groups>"
 
@@ -234,6 +250,60 @@ class LLVMExecutor(Executor):
             keep_alive=(source, target),
             inline=self.runtime.may_inline(0, 2 * size),  # a short copy on an idle queue
         )
+
+    def together(self, kernels: Sequence[Kernel]) -> bool:
+        """Whether one job should run the kernels side by side (7.4): where one of them would
+        run long on one thread (one work-group, or not split, and an estimate over the split
+        threshold) and the others hold enough work to run beside it. Kernels that each fill
+        the threads, or that are short, gain less than a group's waking of the helpers."""
+        runtime = self.runtime
+        if runtime.threads < 2 or len(kernels) < 2:
+            return False
+        if not all(isinstance(kernel, LLVMKernel) and kernel.native for kernel in kernels):
+            return False
+        threshold = runtime.split_seconds
+        alone: float | None = None  # the longest estimate of a kernel that runs on one thread
+        total = 0.0
+        for kernel in kernels:
+            seconds = estimated_seconds(kernel.info.flops, kernel.info.bytes)
+            total += seconds
+            if not kernel._split and seconds >= threshold:  # type: ignore[attr-defined]
+                alone = seconds if alone is None else max(alone, seconds)
+        return alone is not None and total - alone >= threshold
+
+    def run_together(
+        self,
+        launches: Sequence[tuple[Kernel, Sequence[Buffer]]],
+        deps: Sequence[Event] = (),
+        *,
+        profile: bool = False,
+    ) -> list[Event]:
+        """One job that runs the kernels side by side on the compute threads, where
+        `together` says so and unless profiled (each kernel then has its own time); else one
+        by one."""
+        if profile or not self.together([kernel for kernel, _ in launches]):
+            return super().run_together(launches, deps, profile=profile)
+        grids, kept = [], []
+        for kernel, params in launches:
+            grid, keep = kernel.grid(params)  # type: ignore[attr-defined] (together)
+            grids.append(grid)
+            kept.append(keep)
+        table = group_table(grids)
+        rows = len(table) // 4
+        runtime = self.runtime
+        entry, address, run_grid = group_entry(), ctypes.addressof(table), runtime.run_grid
+        flops = sum(kernel.info.flops for kernel, _ in launches)
+        traffic = sum(kernel.info.bytes for kernel, _ in launches)
+        names = ", ".join(kernel.info.name for kernel, _ in launches)
+        event = runtime.submit(
+            lambda: run_grid(entry, address, rows, split=True),
+            deps,
+            label=f"kernels {names}",
+            # The table, the buffers, parameter arrays and JIT code (PERFORMANCE.md 4.3).
+            keep_alive=(table, kept),
+            inline=runtime.may_inline(flops, traffic),
+        )
+        return [event] * len(launches)
 
     def view(self, buffer: Buffer, offset: int, size: int) -> CpuBuffer | None:
         source = _as_cpu_buffer(buffer, "a view's buffer")

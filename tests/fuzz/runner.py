@@ -6,8 +6,10 @@ parent reads the lines; when a worker dies (a signal, an abort inside a driver o
 case it had started is recorded as a crash with the exit status and the end of its stderr,
 and a new worker goes on with the next case.
 
-`target` names a device with an optional `+gpu` suffix: `opencl.0+gpu` runs opencl.0 with
-`TILE_FORCE_GPU_SETTINGS=1` (the GPU-style kernels, tile.lower.gpu.generate).
+`target` names a device with an optional suffix: `opencl.0+gpu` runs opencl.0 with
+`TILE_FORCE_GPU_SETTINGS=1` (the GPU-style kernels, tile.lower.gpu.generate);
+`llvm_cpu.0+eager` runs llvm_cpu.0 with `TILE_CPU_SPLIT_US=0`, so that every launch of more
+than one work-group is split across the threads and independent kernels run together.
 """
 
 from __future__ import annotations
@@ -39,9 +41,13 @@ class Result:
         return self.kind not in ("ok", "skip")
 
     def reproducer(self, seed: int) -> str:
-        device, _, gpu = self.target.partition("+")
-        flag = " --gpu" if gpu else ""
-        return f"python -m tests.fuzz --seed {seed} --case {self.index} --device {device}{flag}"
+        device, _, mode = self.target.partition("+")
+        flag = " --gpu" if mode == "gpu" else ""
+        setting = "TILE_CPU_SPLIT_US=0 " if mode == "eager" else ""
+        return (
+            f"{setting}python -m tests.fuzz --seed {seed} --case {self.index} --device "
+            f"{device}{flag}"
+        )
 
 
 def environment(target: str) -> dict[str, str]:
@@ -50,6 +56,8 @@ def environment(target: str) -> dict[str, str]:
     env.pop("TILE_FORCE_GPU_SETTINGS", None)
     if target.endswith("+gpu"):
         env["TILE_FORCE_GPU_SETTINGS"] = "1"
+    if target.endswith("+eager"):
+        env["TILE_CPU_SPLIT_US"] = "0"
     return env
 
 

@@ -15,7 +15,8 @@ from tests.fuzz.runner import run_cases
 from tests.shipped import OPENCL, require_opencl
 
 QUICK = 200
-TARGETS = ("llvm_cpu.0", OPENCL, f"{OPENCL}+gpu")  # OPENCL: opencl.0 or TILE_TEST_OPENCL
+# OPENCL: opencl.0 or TILE_TEST_OPENCL; llvm_cpu.0+eager: every split and group taken.
+TARGETS = ("llvm_cpu.0", "llvm_cpu.0+eager", OPENCL, f"{OPENCL}+gpu")
 
 # (seed, index, family) of draws that found a bug, and what it was.
 REGRESSIONS: tuple[tuple[int, int, str | None], ...] = (

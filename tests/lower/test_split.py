@@ -46,7 +46,8 @@ def test_which_reductions_split() -> None:
     assert kernel_names(PER_ROW, {"X": rand(64, 1 << 16)}) == ["tile_0"]  # enough elements
     odd = rand((1 << 22) + 3)  # 13 x 322639: 13 equal pieces
     assert kernel_names(TOTAL, {"X": odd}) == ["tile_0_part", "tile_0"]
-    assert kernel_names(TOTAL, {"X": rand(PRIME)}) == ["tile_0"]  # no equal pieces
+    # No equal pieces: 16 of them, and a kernel for the rest.
+    assert kernel_names(TOTAL, {"X": rand(PRIME)}) == ["tile_0_part", "tile_0_part_tail", "tile_0"]
     epilogue = "function (X[N]) -> (O) { S[] = +(X[i]); O = S * 2.0; }"
     assert kernel_names(epilogue, {"X": big}) == ["tile_0"]
 
@@ -114,9 +115,9 @@ def test_llvm_cpu_runs_split_reductions(source: str, reference: object) -> None:
 def test_a_reduction_of_any_divisible_length_splits(
     low_threshold: None, source: str, reference: object
 ) -> None:
-    """Pieces need only be equal: a length with no factor 4 splits in 15 parts, the reference
-    and both shipped devices agree with numpy (extremes in the first and last parts); a
-    prime length does not (test_which_reductions_split)."""
+    """Where pieces can be equal, they are: a length with no factor 4 splits in 15 parts, the
+    reference and both shipped devices agree with numpy (extremes in the first and last
+    parts)."""
     x = rand(UNEVEN, seed=5)
     x[3], x[UNEVEN - 2] = 40.0, -40.0
     kernel_list = generate_program(tile.Function(source).bind({"X": x}), LLVM_CPU)
@@ -131,21 +132,61 @@ def test_a_reduction_of_any_divisible_length_splits(
         np.testing.assert_allclose(float(got), want, rtol=1e-5, atol=1e-3)
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize(
+    ("source", "reference"),
+    [(TOTAL, np.sum), (LARGEST, np.max), (SMALLEST, np.min), (PER_ROW, None)],
+    ids=["sum", "max", "min", "rows"],
+)
+def test_a_prime_length_splits_with_a_tail(
+    low_threshold: None, source: str, reference: object, dtype: type
+) -> None:
+    """4099 (prime) = 16 pieces of 256 and a rest of 3 (per row, over three rows: fewer
+    pieces), which a third kernel reduces into the partials' last row: the extremes sit in
+    the rest and in the first piece. The reference (temporaries and outputs poisoned) and
+    both shipped devices agree with float64 numpy."""
+    n = 4099
+    x = rand(3, n, dtype=dtype, seed=9) if source is PER_ROW else rand(n, dtype=dtype, seed=9)
+    flat = x.reshape(-1, n)
+    flat[:, n - 2], flat[:, 5] = 40.0, -40.0
+    kernel_list = generate_program(tile.Function(source).bind({"X": x}), LLVM_CPU)
+    names = [kernel.name for kernel in kernel_list.kernels]
+    assert names == ["tile_0_part", "tile_0_part_tail", "tile_0"]
+    rows, *kept = kernel_list.shapes["_P0"].dims  # the pieces' rows and the tail's
+    assert tuple(kept) == x.shape[:-1] and rows >= 3
+    if source is not PER_ROW:
+        assert rows == 17
+    wide = x.astype(np.float64)
+    want = wide.sum(axis=1) if reference is None else reference(wide)  # type: ignore[operator]
+    results = [run_program(source, {"X": x})["O"]]
+    for device in shipped_devices().values():
+        function = tile.Function(source)
+        results.append(function(device=device, X=x)["O"].to_numpy())
+    tolerance = 2e-2 if dtype == np.float16 else 1e-5
+    scale = np.abs(wide).sum(axis=-1).max() if reference is not np.max else 1.0
+    for got in results:
+        np.testing.assert_allclose(np.asarray(got, np.float64), want, atol=tolerance * scale)
+        if reference in (np.max, np.min):
+            assert float(got) == float(want)
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     rows=st.integers(1, 5),
     vectors=st.integers(2, 40),
+    extra=st.integers(0, 7),
     agg=st.sampled_from(["+", ">", "<"]),
     product=st.booleans(),
     split=st.booleans(),
     seed=st.integers(0, 2**16),
 )
 def test_random_lane_reductions(
-    rows: int, vectors: int, agg: str, product: bool, split: bool, seed: int
+    rows: int, vectors: int, extra: int, agg: str, product: bool, split: bool, seed: int
 ) -> None:
-    """Row reductions of 16 to 320 elements, in lanes and possibly split, with one operand or
-    two (one of them constant along the row), against numpy: quarters make every sum exact."""
-    k = 8 * vectors
+    """Row reductions of 16 to 327 elements, in lanes and possibly split (in equal pieces, or
+    with a tail), with one operand or two (one of them constant along the row), against
+    numpy: quarters make every sum exact."""
+    k = 8 * vectors + extra
     term = "X[m, k] * S[m]" if product else "X[m, k]"
     source = f"function (X[M, K], S[M]) -> (O) {{ O[m: M] = {agg}({term}); }}"
     rng = np.random.default_rng(seed)

@@ -430,8 +430,11 @@ class _GroupKernel:
             value = self.evaluate(op, values, coordinates)
             statements += self.bind(values, op.output, value)
         dims = self.plan.shape
+        # The output's offset in its buffer: 0 but for a split reduction's tail (tile.lower.split).
+        output = self.flat.output if self.flat is not None else None
         for name in self.plan.stores:
-            offset = affine(zip(row_major(dims), coordinates, strict=True))
+            start = output.offset if output is not None and output.tensor == name else 0
+            offset = affine(zip(row_major(dims), coordinates, strict=True), start)
             statements.append(self.writer.store(name, offset, values[name]))
         return statements, []
 

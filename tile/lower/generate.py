@@ -149,6 +149,25 @@ def generate_program(
                             bodies,
                         )
                     )
+                    if before.tail is not None:
+                        tail_plan, tail_flat = before.tail
+                        tail_tiles = _tiles(tail_plan, tail_flat, chosen)
+                        tail_name = f"{first_name}_tail"
+                        generated = generate_group(
+                            tail_plan, tail_flat, context, chosen, tail_tiles, tail_name
+                        )
+                        kernels.append(
+                            _info(
+                                tail_name,
+                                tail_plan,
+                                generated,
+                                tail_flat,
+                                tail_tiles,
+                                (1, 1, 1),
+                                context,
+                                bodies,
+                            )
+                        )
                     copied = before.suffix.startswith("to_float")
                     kernel_plan, flat = before.then
                     made += 1  # and of the other float16 operand, where it pays

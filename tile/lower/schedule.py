@@ -144,6 +144,31 @@ def make_schedule(bound: BoundProgram, kernel_list: KernelList) -> Schedule:
     return Schedule(tuple(names), inputs, tuple(outputs), temporaries, tuple(steps))
 
 
+def launch_groups(steps: tuple[Step, ...]) -> tuple[tuple[Step, ...], ...]:
+    """The steps in groups that may run side by side (design 7.4): a step joins the group
+    after the last group holding a step it must follow (one that writes a slot it reads or
+    writes, or reads a slot it writes). Groups run one after another; within a group, steps
+    keep their order in `steps`. Launching the groups in order is a valid order of the steps.
+    """
+    after_write: dict[int, int] = {}  # slot -> the group after its last writer's
+    after_reads: dict[int, int] = {}  # slot -> the group after its last reader's
+    groups: list[list[Step]] = []
+    for step in steps:
+        group = max(
+            [after_write.get(slot, 0) for slot in (*step.reads, *step.writes)]
+            + [after_reads.get(slot, 0) for slot in step.writes],
+            default=0,
+        )
+        if group == len(groups):
+            groups.append([])
+        groups[group].append(step)
+        for slot in step.reads:
+            after_reads[slot] = max(after_reads.get(slot, 0), group + 1)
+        for slot in step.writes:
+            after_write[slot] = group + 1
+    return tuple(tuple(group) for group in groups)
+
+
 def _plan_outputs(
     bound: BoundProgram,
     kernel_list: KernelList,

@@ -9,6 +9,11 @@ pieces and gives the generator two flat contractions instead:
               k = p * K / parts + k'                    (`parts` times the work-groups)
     total     O[coordinates...]    = agg over p of P[p, coordinates...]
 
+Where no divisor of K gives the pieces (a prime K), each piece takes K // parts values of k,
+and a third kernel between the two reduces the `K % parts` left at the end into one more row
+of P, `P[parts, ...]` (the first kernel whose output does not start at element 0 of its
+buffer: `FlatAccess.offset` of the output, which the generic generator adds to its stores).
+
 `P` is a temporary buffer of the accumulator type (f32 for f16 results), so the total is
 rounded once, like the one-kernel form. Only `+`, `>` and `<` reductions run in lanes, and
 those may be regrouped: the total differs from the one-kernel result in float rounding
@@ -47,6 +52,9 @@ class Split:
     buffer: str
     context: ProgramContext
     suffix: str
+    # A kernel between them that also writes the temporary, named `<kernel>_<suffix>_tail`
+    # (a split reduction's last, shorter piece).
+    tail: tuple[KernelPlan, FlatContraction] | None = None
 
 
 def with_temporary(context: ProgramContext, buffer: str, shape: TensorShape) -> ProgramContext:
@@ -78,24 +86,22 @@ def split_reduction(
     if lanes == 1 or elements >= settings.goal_groups or tuples < MIN_SPLIT_TUPLES:
         return None
     count = flat.ranges[k]
-    # The most parts, up to 16, that cut the reduction into equal pieces: any divisor will do
-    # (a full max over 130x137x179, 2 x 5 x 13 x 137 x 179 tuples, ran on one core).
-    parts = next(
-        (
-            p
-            for p in range(16, 1, -1)
-            if p * elements <= 2 * settings.goal_groups
-            and count % p == 0
-            and count // p >= 16  # each piece still runs in lanes
-        ),
-        0,
-    )
-    if not parts:
+    # The most parts, up to 16, each of which still runs in lanes (16 tuples or more).
+    allowed = [
+        p for p in range(16, 1, -1) if p * elements <= 2 * settings.goal_groups and count >= 16 * p
+    ]
+    if not allowed:
         return None
-    shape = TensorShape(acc_dtype, (parts, *plan.shape))
+    # Equal pieces where a divisor allows (a full max over 130x137x179, 2 x 5 x 13 x 137 x
+    # 179 tuples, ran on one core); else the most pieces, and a tail kernel reduces the
+    # `rest` that they leave into one more row of partials (a sum over 2000003 ran on one
+    # core: the count is prime).
+    parts = next((p for p in allowed if count % p == 0), allowed[0])
+    piece, rest = divmod(count, parts)
+    rows = parts + (rest > 0)
+    shape = TensorShape(acc_dtype, (rows, *plan.shape))
     context = with_temporary(context, buffer, shape)
     output = flat.output
-    piece = count // parts
     # Partials: a new leading coordinate p; k covers one piece.
     part_access = FlatAccess(
         buffer, acc_dtype, shape.dims, output.offset, (elements, *output.strides)
@@ -111,15 +117,35 @@ def split_reduction(
         dtype=acc_dtype,
     )
     partials_plan = KernelPlan(
-        PlanKind.CONTRACTION, shape.dims, (replace(op, output=buffer),), (buffer,)
+        PlanKind.CONTRACTION, (parts, *plan.shape), (replace(op, output=buffer),), (buffer,)
     )
+    tail = None
+    if rest:  # the last `rest` values of k, into row `parts`
+        tail_access = FlatAccess(
+            buffer, acc_dtype, shape.dims, output.offset + parts * elements, output.strides
+        )
+        start = parts * piece
+        tail_flat = replace(
+            flat,
+            statement=f"{flat.statement}  (k from {start}, the rest)",
+            ranges=tuple(rest if v == k else r for v, r in enumerate(flat.ranges)),
+            access=(
+                tail_access,
+                *(replace(a, offset=a.offset + start * a.strides[k]) for a in flat.operands),
+            ),
+            dtype=acc_dtype,
+        )
+        tail_plan = KernelPlan(
+            PlanKind.CONTRACTION, plan.shape, (replace(op, output=buffer),), (buffer,)
+        )
+        tail = (tail_plan, tail_flat)
     # Total: the original coordinates, one reduction over the parts.
     coordinates = output.strides[: flat.outputs]
     total = replace(
         flat,
         statement=f"{op.output} = {flat.agg.value}({buffer}[p, ...])",
         names=(*flat.names[: flat.outputs], "p"),
-        ranges=(*plan.shape, parts),
+        ranges=(*plan.shape, rows),
         derived=(),
         access=(
             replace(output, strides=(*coordinates, 0)),
@@ -131,4 +157,4 @@ def split_reduction(
     total_plan = KernelPlan(
         PlanKind.CONTRACTION, plan.shape, (replace(op, inputs=(buffer,)),), plan.stores
     )
-    return Split((partials_plan, partials), (total_plan, total), buffer, context, "part")
+    return Split((partials_plan, partials), (total_plan, total), buffer, context, "part", tail)

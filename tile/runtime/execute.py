@@ -18,17 +18,17 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from hal.errors import HalError
-from tile.lower.schedule import OutputSource, make_schedule
+from tile.lower.schedule import OutputSource, launch_groups, make_schedule
 from tile.runtime import debug, store, tune
 from tile.runtime.cache import tensor_entry
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from hal.interfaces import Event, Kernel, Library
+    from hal.interfaces import Event, Executor, Kernel, Library
     from semtree.kernel import KernelList
     from tile.bind.program import BoundProgram
-    from tile.lower.schedule import OutputPlan, Schedule
+    from tile.lower.schedule import OutputPlan, Schedule, Step
     from tile.runtime.cache import ProgramKey, SignatureEntry
     from tile.runtime.launch import PreparedRun
 
@@ -59,6 +59,8 @@ class CompiledProgram:
     copied_outputs: tuple[OutputPlan, ...] = field(init=False)  # those of source COPY
     # How a call over tensors repeats this program (tile.runtime.launch), once one has.
     prepared: PreparedRun | None = field(default=None, init=False)
+    # The steps in groups in launch order (`launch_order`), once a run has asked.
+    order: tuple[tuple[Step, ...], ...] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         outputs = self.schedule.outputs
@@ -221,36 +223,68 @@ def execute(
             program.scratch.update(scratch)
         for state, copy in copies:
             _separate(runtime, schedule, slots, state, copy)
-        launches = _launch(program, slots, written, profile)
+        launches = _launch(runtime, program, slots, written, profile)
         for source, target, dtype, plan in after:
             _store(runtime, source, target, dtype, plan, written)
         runtime.executor.flush()
     return RunRecord(list({id(event): event for event in written.values()}.values()), launches)
 
 
+def launch_order(program: CompiledProgram, executor: Executor) -> tuple[tuple[Step, ...], ...]:
+    """The program's steps in groups, in launch order: where the executor runs the kernels
+    of a group of independent steps (`launch_groups`) together, that group, else one step at
+    a time in the schedule's order. Decided on the first run, then kept."""
+    if program.order is not None:
+        return program.order
+    kernels = program.kernels
+    order: list[tuple[Step, ...]] = []
+    for group in launch_groups(program.schedule.steps):
+        if len(group) > 1 and executor.together([kernels[step.kernel_index] for step in group]):
+            order.append(group)
+        else:
+            order.extend((step,) for step in group)
+    if all(len(group) == 1 for group in order):
+        order = [(step,) for step in program.schedule.steps]  # nothing together: as scheduled
+    program.order = tuple(order)
+    return program.order
+
+
 def _launch(
-    program: CompiledProgram, slots: list[BufferState], written: dict[int, Event], profile: bool
+    runtime: DeviceRuntime,
+    program: CompiledProgram,
+    slots: list[BufferState],
+    written: dict[int, Event],
+    profile: bool,
 ) -> list[tuple[str, Event]]:
     launches = []
-    kernels = program.kernels
-    for step in program.schedule.steps:
+    kernels, executor = program.kernels, runtime.executor
+    for group in launch_order(program, executor):
         deps: list[Event] = []
-        for slot in step.reads:
-            deps += slots[slot].read_deps()
-        for slot in step.writes:
-            deps += slots[slot].write_deps()
-        kernel = kernels[step.kernel_index]
+        for step in group:
+            for slot in step.reads:
+                deps += slots[slot].read_deps()
+            for slot in step.writes:
+                deps += slots[slot].write_deps()
+        runs = [
+            (kernels[step.kernel_index], [slots[slot].buffer for slot in step.params])
+            for step in group
+        ]
         try:
-            event = kernel.run([slots[slot].buffer for slot in step.params], deps, profile=profile)
+            if len(runs) == 1:
+                events = [runs[0][0].run(runs[0][1], deps, profile=profile)]
+            else:
+                events = executor.run_together(runs, deps, profile=profile)
         except Exception as error:
-            raise execution_error(error, f"launching {kernel.info.name}") from error
-        for slot in step.reads:
-            slots[slot].note_read(event)
-        for slot in step.writes:
-            state = slots[slot]
-            state.note_write(event)
-            written[id(state)] = event
-        launches.append((kernel.info.name, event))
+            names = ", ".join(kernel.info.name for kernel, _ in runs)
+            raise execution_error(error, f"launching {names}") from error
+        for step, (kernel, _), event in zip(group, runs, events, strict=True):
+            for slot in step.reads:
+                slots[slot].note_read(event)
+            for slot in step.writes:
+                state = slots[slot]
+                state.note_write(event)
+                written[id(state)] = event
+            launches.append((kernel.info.name, event))
     return launches
 
 

@@ -14,16 +14,19 @@ from tile.lower.schedule import OutputSource
 from tile.runtime import debug
 from tile.runtime.api import Tensor
 from tile.runtime.device import execution_error, wait_events
-from tile.runtime.execute import execute
+from tile.runtime.execute import execute, launch_order
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from hal.interfaces import Event
+    from hal.interfaces import Event, Kernel
     from tile.runtime.api import Device, InputValue
     from tile.runtime.cache import SignatureEntry
     from tile.runtime.device import BufferState
     from tile.runtime.execute import CompiledProgram, RunRecord
+
+    # (kernel, params, reads, writes, waits) in slots (`PreparedRun.__init__`)
+    PreparedStep = tuple[Kernel | None, tuple, tuple[int, ...], tuple[int, ...], tuple[int, ...]]
 
 
 def launch(
@@ -110,16 +113,21 @@ class PreparedRun:
             for plan in schedule.outputs
             for contents, entry in [program.output_parts[plan.name]]
         )
-        # (kernel, params, reads, writes, waits), in slots; `waits`: the written slots whose
-        # earlier users a step must wait for, all but the outputs no step has used yet (their
-        # buffers are new in every run).
+        # (kernel, params, reads, writes, waits), in slots, in launch order (`launch_order`);
+        # `waits`: the written slots whose earlier users a step must wait for, all but the
+        # outputs no step has used yet (their buffers are new in every run). A group of steps
+        # that run together is one entry (None, its steps, (), (), ()).
         fresh = {plan.slot for plan in schedule.outputs}
-        steps = []
-        for step in schedule.steps:
-            waits = tuple(slot for slot in step.writes if slot not in fresh)
-            fresh.difference_update(step.reads, step.writes)
-            kernel = program.kernels[step.kernel_index]
-            steps.append((kernel, step.params, step.reads, step.writes, waits))
+        steps: list[PreparedStep] = []
+        for group in launch_order(program, device.runtime.executor):
+            prepared = []
+            for step in group:
+                waits = tuple(slot for slot in step.writes if slot not in fresh)
+                kernel = program.kernels[step.kernel_index]
+                prepared.append((kernel, step.params, step.reads, step.writes, waits))
+            for step in group:
+                fresh.difference_update(step.reads, step.writes)
+            steps.append(prepared[0] if len(group) == 1 else (None, tuple(prepared), (), (), ()))
         self._steps = tuple(steps)
         slots: list[BufferState | None] = [None] * len(schedule.slot_names)
         for (slot, _), state in zip(schedule.temporaries, program.temporaries, strict=True):
@@ -179,6 +187,9 @@ class PreparedRun:
         lock.acquire()
         try:
             for kernel, params, reads, writes, waits in self._steps:
+                if kernel is None:
+                    self._run_together(params, slots)  # type: ignore[arg-type]
+                    continue
                 deps: list[Event] = []
                 for slot in reads:
                     deps += slots[slot].read_deps()  # type: ignore[union-attr]
@@ -198,6 +209,31 @@ class PreparedRun:
             lock.release()
 
         return outputs
+
+    def _run_together(
+        self, group: tuple[PreparedStep, ...], slots: list[BufferState | None]
+    ) -> None:
+        """Launch a group of steps that run together (`hal.Executor.run_together`)."""
+        deps: list[Event] = []
+        for _, _, reads, _, waits in group:
+            for slot in reads:
+                deps += slots[slot].read_deps()  # type: ignore[union-attr]
+            for slot in waits:
+                deps += slots[slot].write_deps()  # type: ignore[union-attr]
+        runs = [
+            (kernel, [slots[slot].buffer for slot in params])  # type: ignore[union-attr]
+            for kernel, params, *_ in group
+        ]
+        try:
+            events = self._device.runtime.executor.run_together(runs, deps)
+        except Exception as error:
+            names = ", ".join(kernel.info.name for kernel, _ in runs)
+            raise execution_error(error, f"launching {names}") from error
+        for (_, _, reads, writes, _), event in zip(group, events, strict=True):
+            for slot in reads:
+                slots[slot].note_read(event)  # type: ignore[union-attr]
+            for slot in writes:
+                slots[slot].note_write(event)  # type: ignore[union-attr]
 
 
 class Invocation:
