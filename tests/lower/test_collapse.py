@@ -1,6 +1,7 @@
-"""Neighbouring reduction loops merged into one (`tile.lower.collapse`): which contractions
-merge, that the merged loop walks the same elements, and that the results are numpy's in
-float64 on the reference interpreter and on both shipped devices (poisoned outputs)."""
+"""Neighbouring reduction loops, and output coordinates, merged into one (`tile.lower.collapse`):
+which contractions merge, that the merged loop walks the same elements, and that the results
+are numpy's in float64 on the reference interpreter and on both shipped devices (poisoned
+outputs)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from tests.fuzz.check import check
 from tests.fuzz.programs import Case
 from tests.lower.harness import LLVM_CPU, run_program
 from tests.shipped import SHIPPED, shipped_devices
+from tile.lower.collapse import merge_coordinates
 from tile.lower.flatten import flatten
 
 FULL_MAX = "function (A[I, J, K, L]) -> (O) { O[] = >(A[i, j, k, l]); }"
@@ -19,6 +21,8 @@ SPATIAL_SUM = "function (A[N, C, H, W]) -> (O) { O[n, c: N, C] = +(A[n, c, h, w]
 OUTER_AXES = "function (A[I, J, K]) -> (O) { O[j: J] = +(A[i, j, k]); }"
 GUARDED = "function (A[I, J]) -> (O) { O[] = +(A[i, j]), i + j < 5; }"
 MATMUL = "function (A[M, K], B[K, N]) -> (C) { C[m, n: M, N] = +(A[m, k] * B[k, n]); }"
+KEPT_INNER = "function (A[I, J, K, L]) -> (O) { O[j, k, l: J, K, L] = +(A[i, j, k, l]); }"
+KEPT_APART = "function (A[I, J, K, L]) -> (O) { O[j, l: J, L] = >(A[i, j, k, l]); }"
 
 
 def flat_of(source: str, shapes: dict[str, tuple[int, ...]]):
@@ -46,6 +50,20 @@ def test_what_is_not_merged() -> None:
     assert len(flat_of(MATMUL, {"A": (3, 4), "B": (4, 5)}).reductions) == 1
 
 
+def test_contiguous_coordinates_become_one() -> None:
+    """A sum over axis 0 keeping three contiguous axes: one coordinate of stride 1."""
+    flat = merge_coordinates(flat_of(KEPT_INNER, {"A": (309, 97, 2, 2)}))
+    assert (flat.outputs, flat.ranges) == (1, (97 * 2 * 2, 309))
+    assert flat.output.strides == (1, 0) and flat.operands[0].strides == (1, 388)
+    # Kept axes apart in memory, a product, a convolution's derived indices: no merge.
+    apart = flat_of(KEPT_APART, {"A": (3, 5, 4, 6)})
+    assert merge_coordinates(apart) is apart
+    matmul = flat_of(MATMUL, {"A": (3, 4), "B": (4, 5)})
+    assert merge_coordinates(matmul) is matmul
+    conv = "function (I[X, C], K[KX, C]) -> (O) { O[x, c: X - 2, C] = +(I[x + k, c] * K[k, c]); }"
+    assert merge_coordinates(flat_of(conv, {"I": (9, 4), "K": (3, 4)})).outputs == 2
+
+
 CASES = {
     FULL_MAX: (lambda x: x["A"].max(), [(1, 1, 1, 1), (31, 13, 4, 8), (2, 3, 1, 65)]),
     SPATIAL_SUM: (
@@ -62,8 +80,13 @@ CASES = {
         ),
         [(4, 6), (1, 9)],
     ),
+    KEPT_INNER: (
+        lambda x: x["A"].astype(np.float64).sum(0),
+        [(1, 1, 1, 1), (309, 97, 2, 2), (3, 5, 1, 7), (2, 1, 17, 3)],
+    ),
+    KEPT_APART: (lambda x: x["A"].max((0, 2)), [(3, 5, 4, 6), (1, 7, 1, 33)]),
 }
-IDS = ["full-max", "spatial-sum", "outer-axes", "guarded"]
+IDS = ["full-max", "spatial-sum", "outer-axes", "guarded", "kept-inner", "kept-apart"]
 
 
 def inputs(shape: tuple[int, ...]) -> dict[str, np.ndarray]:

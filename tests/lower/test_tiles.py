@@ -106,7 +106,11 @@ def test_column_reductions_in_strips(n: int) -> None:
 def test_transpositions_get_square_tiles() -> None:
     t = LLVM_CPU.transpose_tile
     assert tiles_of(TRANSPOSE, {"I": np.zeros((40, 24), np.float32)}) == (t, t)
-    assert tiles_of(PERMUTE, {"I": np.zeros((4, 5, 40), np.float32)}) == (t, 1, 5)
+    # O[c, a, b]: a and b are neighbours in I too, so this is a transpose of (A * B) x C
+    # (tile.lower.collapse.merge_coordinates); a reversal has no such neighbours.
+    assert tiles_of(PERMUTE, {"I": np.zeros((4, 5, 40), np.float32)}) == (t, t)
+    reverse = "function (I[A, B, C]) -> (O) { O[c, b, a: C, B, A] = =(I[a, b, c]); }"
+    assert tiles_of(reverse, {"I": np.zeros((4, 5, 40), np.float32)}) == (t, 1, 4)
     copy = "function (I[M, N]) -> (O) { O[m, n: M, N] = =(I[m, n]); }"
     assert tiles_of(copy, {"I": np.zeros((40, 24), np.float32)}) != (t, t)
 
@@ -161,7 +165,8 @@ def test_a_transposition_reads_its_tile_along_the_input() -> None:
     assert _tile_loops(TRANSPOSE, {"I": x}, "r") == ["tr1", "tr0"]
     assert _tile_loops(TRANSPOSE, {"I": x}, "w") == ["tw0", "tw1"]
     copy = "function (I[M, N]) -> (O) { O[m, n: M, N] = =(I[m, n]); }"
-    assert _tile_loops(copy, {"I": x}, "r") in ([], ["tr1"])
+    # One coordinate: m and n walk both tensors as one (merge_coordinates).
+    assert _tile_loops(copy, {"I": x}, "r") in ([], ["tr0"])
 
 
 def test_only_register_sized_tiles_unroll_in_opencl() -> None:

@@ -14,6 +14,9 @@ coefficient. The merged variable `m = a * range(b) + b` visits the tuples in the
 at the same addresses, under the same guards. Only contractions of one operand (reductions
 of one tensor) are merged: a product's reductions (a convolution's kx and ci) keep the loop
 structure that its register tiles were measured with.
+
+`merge_coordinates` merges neighbouring output coordinates by the same rule, for the CPU
+generator (`tile.lower.generate`), which then tiles one long coordinate of stride 1.
 """
 
 from __future__ import annotations
@@ -29,12 +32,30 @@ def merge_reductions(flat: FlatContraction) -> FlatContraction:
     """`flat` with its mergeable neighbouring reduction variables merged (module docstring)."""
     if flat.empty or len(flat.operands) != 1 or len(flat.reductions) < 2:
         return flat
+    return _merged(flat, flat.reductions[0], len(flat.names))
+
+
+def merge_coordinates(flat: FlatContraction) -> FlatContraction:
+    """`flat` with neighbouring output coordinates merged by the same rule: a reduction over
+    outer axes that keeps several inner ones (a sum over axis 0 of 309 x 997 x 2 x 2) gets
+    one long coordinate of stride 1 to tile and run in vectors, where it had tiles of 2. The
+    caller makes the merged ranges its kernel's grid; that is only right for a kernel that
+    computes nothing but the contraction (its output is then the same row-major buffer)."""
+    if flat.empty or len(flat.operands) != 1 or flat.derived or flat.outputs < 2:
+        return flat
+    merged = _merged(flat, 0, flat.outputs)
+    if merged is flat:
+        return flat
+    return replace(merged, outputs=flat.outputs - len(flat.names) + len(merged.names))
+
+
+def _merged(flat: FlatContraction, first: int, stop: int) -> FlatContraction:
+    """`flat` with the mergeable neighbours among variables [first, stop) merged."""
     names, ranges = list(flat.names), list(flat.ranges)
     forms = [list(access.strides) for access in flat.access]
     forms += [list(constraint.lhs) for constraint in flat.constraints]
     forms += [list(derived.numerator) for derived in flat.derived]
-    first = flat.reductions[0]
-    for a in reversed(range(first, len(names) - 1)):  # innermost pair first
+    for a in reversed(range(first, stop - 1)):  # innermost pair first
         b = a + 1
         if min(ranges[a], ranges[b]) < 1:
             continue

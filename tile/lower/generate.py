@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from semtree.kernel import Direction, KernelInfo, KernelKind, KernelList, KernelParam
 from semtree.nodes import Declare, For, Lookup, Node, c_identifier, rewrite, walk
+from tile.lower.collapse import merge_coordinates
 from tile.lower.contract import accumulator_dtype, generate_group, lane_split
 from tile.lower.flatten import flatten
 from tile.lower.fuse import PlanKind, plan_program
@@ -117,6 +118,9 @@ def generate_program(
                 contraction = kernel_plan.contraction
                 if contraction is not None:
                     flat = flatten(contraction, bound.bindings)
+                    if kernel_plan.ops == (contraction,):  # no later op reads coordinates
+                        flat = merge_coordinates(flat)
+                        kernel_plan = replace(kernel_plan, shape=flat.ranges[: flat.outputs])
                 chosen = settings  # with a register tile a measured search chose, if any
                 if tuning is not None and flat is not None and settings.threads == 1:
                     chosen = tuning.settings_for(flat, name, settings)
@@ -131,41 +135,16 @@ def generate_program(
                     context = before.context
                     shapes[before.buffer] = context.shapes[before.buffer]
                     temporaries.append(before.buffer)
-                    first_plan, first_flat = before.first
-                    first_tiles = _tiles(first_plan, first_flat, chosen)
                     first_name = f"{name}_{before.suffix}"
-                    generated = generate_group(
-                        first_plan, first_flat, context, chosen, first_tiles, first_name
-                    )
+                    first_plan, first_flat = before.first
                     kernels.append(
-                        _info(
-                            first_name,
-                            first_plan,
-                            generated,
-                            first_flat,
-                            first_tiles,
-                            (1, 1, 1),
-                            context,
-                            bodies,
-                        )
+                        _side_kernel(first_name, first_plan, first_flat, context, chosen, bodies)
                     )
-                    if before.tail is not None:
+                    if before.tail is not None:  # a split reduction's last, shorter piece
                         tail_plan, tail_flat = before.tail
-                        tail_tiles = _tiles(tail_plan, tail_flat, chosen)
-                        tail_name = f"{first_name}_tail"
-                        generated = generate_group(
-                            tail_plan, tail_flat, context, chosen, tail_tiles, tail_name
-                        )
                         kernels.append(
-                            _info(
-                                tail_name,
-                                tail_plan,
-                                generated,
-                                tail_flat,
-                                tail_tiles,
-                                (1, 1, 1),
-                                context,
-                                bodies,
+                            _side_kernel(
+                                f"{first_name}_tail", tail_plan, tail_flat, context, chosen, bodies
                             )
                         )
                     copied = before.suffix.startswith("to_float")
@@ -204,15 +183,8 @@ def generate_program(
         )
         if after is not None:
             then_plan, then_flat = after.then
-            then_tiles = _tiles(then_plan, then_flat, settings)
             then_name = f"{name}_{after.suffix}"
-            generated = generate_group(
-                then_plan, then_flat, context, settings, then_tiles, then_name
-            )
-            info = _info(
-                then_name, then_plan, generated, then_flat, then_tiles, (1, 1, 1), context, bodies
-            )
-            kernels.append(info)
+            kernels.append(_side_kernel(then_name, then_plan, then_flat, context, settings, bodies))
     return KernelList(
         kernels=tuple(kernels),
         shapes=shapes,
@@ -312,6 +284,21 @@ def _row_info(
         key=key,
         comments=f"row-fused: {len(run.plans)} steps per row\n{steps}",
     )
+
+
+def _side_kernel(
+    name: str,
+    plan: KernelPlan,
+    flat: FlatContraction | None,
+    context: ProgramContext,
+    settings: HardwareSettings,
+    bodies: dict[str, Function],
+) -> KernelInfo:
+    """A kernel that a split adds (tile.lower.split, tile.lower.pack), from the generic
+    generator with the tiles `_tiles` chooses."""
+    tiles = _tiles(plan, flat, settings)
+    generated = generate_group(plan, flat, context, settings, tiles, name)
+    return _info(name, plan, generated, flat, tiles, (1, 1, 1), context, bodies)
 
 
 def _info(
