@@ -153,6 +153,8 @@ def test_a_prime_length_splits_with_a_tail(
     names = [kernel.name for kernel in kernel_list.kernels]
     assert names == ["tile_0_part", "tile_0_part_tail", "tile_0"]
     rows, *kept = kernel_list.shapes["_P0"].dims  # the pieces' rows and the tail's
+    tail = kernel_list.kernels[1]  # the rest of each row: its cost counts that, not all of X
+    assert tail.flops == n % (rows - 1) * (x.size // n) and tail.bytes < x.nbytes // 20
     assert tuple(kept) == x.shape[:-1] and rows >= 3
     if source is not PER_ROW:
         assert rows == 17

@@ -158,6 +158,7 @@ class _GroupKernel:
             names = tuple(f"x{d}" for d in range(len(plan.shape)))
         self.coordinate_names = names
         self.flops = 0
+        self.tuples: int | None = None  # a contraction's, once its accumulation is built
         self.acc = ""
         self.acc_dtype = flat.dtype if flat is not None else DType.FLOAT32
         self.hit: str | None = None
@@ -188,7 +189,7 @@ class _GroupKernel:
             inputs,
             self.grid.global_size,
             self.flops + self.epilogue_flops(),
-            self.writer.bytes(),
+            self.writer.bytes(self.tuples),
         )
 
     def tile_loops(self, tag: str, element: ElementBody, *, reading: bool = False) -> Stmt:
@@ -299,9 +300,8 @@ class _GroupKernel:
         statements.append(body)
         if self.lanes > 1:
             statements.append(self.tile_loops("f", self.fold))
-        points = product(flat.ranges[k] for k in reductions)
-        per_point = 1 if flat.comb is CombOp.NONE else 2
-        self.flops += product(self.plan.shape) * points * per_point
+        self.tuples = product(self.plan.shape) * product(flat.ranges[k] for k in reductions)
+        self.flops += self.tuples * (1 if flat.comb is CombOp.NONE else 2)
         return statements
 
     def guard(self, constraint: FlatConstraint) -> Expr:

@@ -216,9 +216,16 @@ class KernelWriter:
             params.append(Param(param, Type.ptr(self.context.shapes[buffer].dtype, const=True)))
         return sb.function(name, params, body)
 
-    def bytes(self) -> int:
+    def bytes(self, reads: int | None = None) -> int:
+        """The buffers' bytes: whole, or with at most `reads` elements of each input (a
+        contraction's tuples: a split reduction's tail reads a few elements of its input)."""
         shapes = self.context.shapes
-        return sum(shapes[buffer].nbytes for buffer in (*self.outputs, *self.inputs))
+        total = sum(shapes[buffer].nbytes for buffer in self.outputs)
+        for buffer in self.inputs:
+            shape = shapes[buffer]
+            whole = shape.nbytes
+            total += whole if reads is None else min(whole, reads * shape.dtype.itemsize)
+        return total
 
 
 @dataclass(slots=True)
