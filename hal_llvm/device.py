@@ -32,9 +32,9 @@ if TYPE_CHECKING:
     from hal.interfaces import Buffer, Event, Library
     from hal_llvm.compiler import Renderer
     from hal_llvm.host import HostCpu
+    from semtree.kernel import HardwareSettings, KernelParam
 
     GroupGrid = tuple[int, int, int, int]  # (entry address, params address, groups, slices)
-    from semtree.kernel import HardwareSettings, KernelParam
 
 
 def param_bytes(param: KernelParam) -> int:
@@ -278,10 +278,10 @@ class LLVMExecutor(Executor):
         *,
         profile: bool = False,
     ) -> list[Event]:
-        """One job that runs the kernels side by side on the compute threads, where
-        `together` says so and unless profiled (each kernel then has its own time); else one
-        by one."""
-        if profile or not self.together([kernel for kernel, _ in launches]):
+        """One job that runs the kernels side by side on the compute threads (the caller has
+        asked `together` once for them); one by one when profiled, so that each kernel has
+        its own time."""
+        if profile:
             return super().run_together(launches, deps, profile=profile)
         grids, kept = [], []
         for kernel, params in launches:
