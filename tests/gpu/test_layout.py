@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import tile
 from semtree.types import DType
 from tests.gpu.settings import POCL_GPU, SMALL_GPU, TYPICAL_GPU
-from tile.lower.contract import accumulator_dtype
+from tile.lower.accumulators import accumulator_dtype
 from tile.lower.flatten import flatten
 from tile.lower.gpu.layout import Axis, Staging, choose_tiling, layout
 

@@ -3,7 +3,7 @@ issue 12).
 
 A reduction over several axes (`O[] = >(A[i, j, k, l])`, a mean over the last two axes of
 NCHW data) flattens to one loop per axis. Where the innermost axis is short, the generator
-finds no long contiguous loop to run in lanes (`tile.lower.contract.lane_split`) or to split
+finds no long contiguous loop to run in lanes (`tile.lower.accumulators.lane_split`) or to split
 across work-groups (`tile.lower.split`): a maximum over 301 x 133 x 4 x 8 elements ran as one
 scalar loop on one core, 6x torch's time on PoCL.
 

@@ -22,13 +22,8 @@ A contraction without guards or derived variables gives every element at least o
 so it needs no hit flag; neither does one whose accumulator starts at the value an unwritten
 element must have (0 for `+` and `=` without a default).
 
-Lanes: a float `+`, `>` or `<` reduction whose innermost reduction variable `k` is contiguous
-(stride 1 or 0) in every operand keeps `lanes` partial results per element, lane `l` taking
-`k = c * lanes + l`, and folds them pairwise after the loops. A range that is no multiple of
-`lanes` ends with one partial step, `c` = range // lanes, in which only the lanes below the
-remainder take a value. The lanes are independent, so the innermost loop vectorizes without
-reassociating floating-point operations, and the summation order is the same on every device
-that runs these kernels.
+Lanes (`tile.lower.accumulators`): a float reduction along a contiguous variable keeps several
+partial results per element and folds them pairwise after the loops.
 
 Rows counted at run time (`RowLoop`: a reduction over a dynamic batch, generated for one row):
 the reduction loops run once per row, while `row` is below the count a 0-D tensor holds, and
@@ -62,6 +57,7 @@ from semtree.nodes import (
 from semtree.types import DType, Type, TypeBase
 from tile.bind.program import OpKind
 from tile.lang.syntax import AggOp, CombOp
+from tile.lower.accumulators import accumulator_dtype, identity_is_unwritten, lane_split
 from tile.lower.flatten import row_major
 from tile.lower.kernel import Grid, KernelWriter, RowLoop, affine, conjunction, fused_value, product
 from tile.lower.ops import (
@@ -104,14 +100,10 @@ class TileElement:
     index: Expr  # the element's position in the tile's accumulator arrays
     levels: list[int]  # per dimension: the tile loop binding it (0: none, outside them)
     partial: set[int]  # dimensions whose last tile may stick out of the shape
+    inside: Expr | None = None  # whether the element is inside the shape (None: always)
 
 
 ElementBody = Callable[[TileElement], tuple[list[Stmt], list[tuple[int, Stmt]]]]
-
-
-def accumulator_dtype(dtype: DType) -> DType:
-    """Half results accumulate in f32 (spec 8.11 allows a wider float accumulator)."""
-    return DType.FLOAT32 if dtype is DType.FLOAT16 else dtype
 
 
 def generate_group(
@@ -165,7 +157,7 @@ class _GroupKernel:
         self.variables: dict[int, Expr] = {}
         self.inner_guards: list[FlatConstraint] = []
         self.lane_k, self.lanes = -1, 1  # the reduction variable split into lanes (above)
-        self.lane_stop = 1  # lanes the step being written runs (fewer in the last step)
+        self.lane_stop = 1  # lanes that take a value in the step being written (fewer in the last)
         self.lane_counter = self.lane = ""
         self.over_rows = over_rows
         self.row: Expr | None = None  # the row counter under `over_rows`
@@ -229,12 +221,14 @@ class _GroupKernel:
             if size % extent:
                 tile.partial.add(dimension)
         tile.index = affine(tile_terms)
-        statements, hoisted = element(tile)
         inside = [
             Binary(BinOp.LT, tile.coordinates[d], IntConst(self.plan.shape[d]))
             for d in sorted(tile.partial)
         ]
-        condition = conjunction(inside)
+        tile.inside = condition = conjunction(inside)
+        statements, hoisted = element(tile)
+        if tile.inside is None:  # the element's statements test it themselves, or need not
+            condition = None
         body: list[Stmt] = [sb.if_(condition, statements)] if condition is not None else statements
         for level in reversed(range(len(counters) + 1)):
             prefix = declarations.get(level, []) + [h for at, h in hoisted if at == level]
@@ -257,7 +251,7 @@ class _GroupKernel:
         statements: list[Stmt] = []
         self.acc = self.writer.fresh("acc")
         statements.append(sb.declare(acc_type, self.acc, start.expr))
-        if flat.needs_hit and not _identity_is_unwritten(flat):
+        if flat.needs_hit and not identity_is_unwritten(flat):
             self.hit = self.writer.fresh("hit")
             hit_type = Type(TypeBase.VALUE, DType.BOOLEAN, 1, size if size > 1 else 0)
             statements.append(sb.declare(hit_type, self.hit, constant(0, DType.BOOLEAN).expr))
@@ -352,9 +346,15 @@ class _GroupKernel:
             operands.append(value)
         if self.lanes > 1:
             index = affine([(self.lanes, tile.index), (1, Load(Lookup(self.lane)))])
+            inside = None  # the last step pads the lanes past the remainder (`padded`)
+            if self.lane_stop < self.lanes:
+                inside = Binary(BinOp.LT, Load(Lookup(self.lane)), IntConst(self.lane_stop))
             update: list[Stmt] = [
-                For(self.lane, self.lane_stop, 1, _block(self.update(index, operands)))
+                For(self.lane, self.lanes, 1, _block(self.update(index, operands, inside)))
             ]
+        elif self.padded(tile):
+            update = self.update(tile.index, operands, tile.inside)
+            tile.inside = None
         else:
             update = self.update(tile.index, operands)
         condition = conjunction([self.guard(c) for c in self.inner_guards])
@@ -364,12 +364,33 @@ class _GroupKernel:
             statements = [numerator_declaration, sb.if_(divisible, [declaration, *statements])]
         return statements, hoisted
 
-    def update(self, tile_index: Expr, operands: list[Typed]) -> list[Stmt]:
+    def padded(self, tile: TileElement) -> bool:
+        """Whether the elements of a partial tile outside the shape aggregate the identity
+        rather than skip their update: the update of every element is then unconditional, so
+        the accumulators stay in registers and only the loads are masked."""
+        flat = self.flat
+        assert flat is not None
+        plain = not flat.derived and not self.inner_guards and self.hit is None
+        return tile.inside is not None and plain and flat.agg is not AggOp.ASSIGN
+
+    def update(
+        self, tile_index: Expr, operands: list[Typed], inside: Expr | None = None
+    ) -> list[Stmt]:
+        """The aggregation of one tuple into one element; with `inside`, of the identity
+        where it is false (`padded`)."""
         flat = self.flat
         assert flat is not None
         value = convert(combine(flat, operands), self.acc_dtype)
         acc = self.element(self.acc, tile_index)
-        statements: list[Stmt] = [Store(acc, self.aggregate(Load(acc), value))]
+        statements: list[Stmt] = []
+        if inside is not None:
+            start = identity(flat.agg.value, self.acc_dtype)
+            name = self.writer.fresh("v")
+            store = Store(Lookup(name), value)
+            statements += [sb.declare(Type.value(self.acc_dtype), name, start.expr)]
+            statements += [sb.if_(inside, [store])]
+            value = Load(Lookup(name))
+        statements.append(Store(acc, self.aggregate(Load(acc), value)))
         if self.hit is not None:
             statements.append(
                 Store(self.element(self.hit, tile_index), constant(1, DType.BOOLEAN).expr)
@@ -471,30 +492,3 @@ class _GroupKernel:
 
 def _block(statement: Stmt) -> Block:
     return statement if isinstance(statement, Block) else sb.block(statement)
-
-
-def _identity_is_unwritten(flat: FlatContraction) -> bool:
-    """Whether an element without contributions may keep the accumulator's start value: 0
-    for `+`, `=` and the logical or `>` of bools is exactly what spec 8.6 asks for when there
-    is no default, so those need no hit flag."""
-    if flat.default is not None:
-        return False
-    return flat.agg in (AggOp.SUM, AggOp.ASSIGN) or (flat.agg is AggOp.MAX and flat.dtype.is_bool)
-
-
-def lane_split(flat: FlatContraction, tiles: Sequence[int], acc_dtype: DType) -> tuple[int, int]:
-    """(k, lanes) for a reduction that runs in lanes (module docstring), else (-1, 1).
-    `tiles` of all 1 asks whether it could (tile.lower.tiles then gives one element per group)."""
-    if flat.agg not in (AggOp.SUM, AggOp.MAX, AggOp.MIN) or not acc_dtype.is_float:
-        return -1, 1
-    if flat.constraints or flat.derived or flat.needs_hit or not flat.reductions:
-        return -1, 1
-    k = flat.reductions[-1]
-    strides = {access.strides[k] for access in flat.operands}
-    if 1 not in strides or not strides <= {0, 1}:
-        return -1, 1
-    for lanes in (64, 32, 16, 8):
-        count = flat.ranges[k]
-        if count >= 2 * lanes and product(tiles) * lanes <= 256:
-            return k, lanes
-    return -1, 1

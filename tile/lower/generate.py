@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING
 
 from semtree.kernel import Direction, KernelInfo, KernelKind, KernelList, KernelParam
 from semtree.nodes import Declare, For, Lookup, Node, c_identifier, rewrite, walk
+from tile.lower.accumulators import accumulator_dtype, lane_split
 from tile.lower.collapse import merge_coordinates
-from tile.lower.contract import accumulator_dtype, generate_group, lane_split
+from tile.lower.contract import generate_group
 from tile.lower.flatten import flatten
 from tile.lower.fuse import PlanKind, plan_program
 from tile.lower.gpu.generate import generate_gpu_group, uses_gpu_kernels

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from semtree.types import TensorShape
 from tile.bind.program import TensorBinding
 from tile.lang.syntax import CombOp
-from tile.lower.contract import accumulator_dtype, lane_split
+from tile.lower.accumulators import accumulator_dtype, lane_split
 from tile.lower.flat import FlatAccess, FlatContraction
 from tile.lower.fuse import KernelPlan, PlanKind
 from tile.lower.kernel import ProgramContext, product

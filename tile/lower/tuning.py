@@ -48,7 +48,7 @@ Tile = tuple[int, ...]  # a register tile (rows, vectors), or tiles per output d
 COLUMN_FACTORS = (1, 2, 4)
 ROW_FACTORS = (1, 2, 4)
 # The most output elements a candidate work-group may own, with lanes as the generator
-# counts them (tile.lower.contract.lane_split: 256 accumulators in all).
+# counts them (tile.lower.accumulators.lane_split: 256 accumulators in all).
 MAX_ELEMENTS = 256
 MAX_CANDIDATES = 6
 

@@ -50,7 +50,8 @@ from semtree.nodes import (
 from semtree.types import DType, Type, TypeBase
 from tile.bind.program import OpKind
 from tile.lang.syntax import AggOp, CombOp
-from tile.lower.contract import GeneratedBody, accumulator_dtype
+from tile.lower.accumulators import accumulator_dtype
+from tile.lower.contract import GeneratedBody
 from tile.lower.gpu.element import OutputPhase, aggregate, guard, guarded
 from tile.lower.gpu.local import Partials, div_mod, less, local_array, merge_partials, stage_copy
 from tile.lower.kernel import KernelWriter, affine, conjunction, product

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 
 from semtree import builder as sb
 from semtree.nodes import Binary, BinOp, IdKind, IndexExpr, IntConst, Node, rewrite
-from tile.lower.contract import accumulator_dtype, generate_group
+from tile.lower.accumulators import accumulator_dtype
+from tile.lower.contract import generate_group
 from tile.lower.gpu.contract import generate_staged
 from tile.lower.gpu.layout import choose_tiling
 from tile.lower.kernel import INDEX_LIMIT

@@ -1,0 +1,59 @@
+"""Accumulators of the CPU contraction kernels: their type, whether their start value may
+stand for an element without contributions, and reductions in lanes (design 8.7).
+
+Lanes: a float `+`, `>` or `<` reduction whose innermost reduction variable `k` is contiguous
+(stride 1 or 0) in every operand keeps `lanes` partial results per element, lane `l` taking
+`k = c * lanes + l`, and folds them pairwise after the loops. A range that is no multiple of
+`lanes` ends with one partial step, `c` = range // lanes, in which only the lanes below the
+remainder take a value; the others aggregate the identity, so that every step updates all
+the lanes alike and they stay vectors in registers (a step of 9 lanes left LLVM 22 shuffling
+single lanes in and out of the accumulators in every step of the loop before it). The lanes
+are independent, so the innermost loop vectorizes without reassociating floating-point
+operations, and the summation order is the same on every device that runs these kernels
+(`tile.lower.contract` writes them).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from semtree.types import DType
+from tile.lang.syntax import AggOp
+from tile.lower.kernel import product
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from tile.lower.flat import FlatContraction
+
+
+def accumulator_dtype(dtype: DType) -> DType:
+    """Half results accumulate in f32 (spec 8.11 allows a wider float accumulator)."""
+    return DType.FLOAT32 if dtype is DType.FLOAT16 else dtype
+
+
+def lane_split(flat: FlatContraction, tiles: Sequence[int], acc_dtype: DType) -> tuple[int, int]:
+    """(k, lanes) for a reduction that runs in lanes (module docstring), else (-1, 1).
+    `tiles` of all 1 asks whether it could (tile.lower.tiles then gives one element per group)."""
+    if flat.agg not in (AggOp.SUM, AggOp.MAX, AggOp.MIN) or not acc_dtype.is_float:
+        return -1, 1
+    if flat.constraints or flat.derived or flat.needs_hit or not flat.reductions:
+        return -1, 1
+    k = flat.reductions[-1]
+    strides = {access.strides[k] for access in flat.operands}
+    if 1 not in strides or not strides <= {0, 1}:
+        return -1, 1
+    for lanes in (64, 32, 16, 8):
+        count = flat.ranges[k]
+        if count >= 2 * lanes and product(tiles) * lanes <= 256:
+            return k, lanes
+    return -1, 1
+
+
+def identity_is_unwritten(flat: FlatContraction) -> bool:
+    """Whether an element without contributions may keep the accumulator's start value: 0
+    for `+`, `=` and the logical or `>` of bools is exactly what spec 8.6 asks for when there
+    is no default, so those need no hit flag."""
+    if flat.default is not None:
+        return False
+    return flat.agg in (AggOp.SUM, AggOp.ASSIGN) or (flat.agg is AggOp.MAX and flat.dtype.is_bool)
