@@ -46,14 +46,25 @@ def test_policy() -> None:
 
 
 @pytest.mark.parametrize(
-    "shape", [(4096, 256), (8, 128, 256), (37, 50), (5, 3), (129, 1), (16_000_000,), (3, 7, 1000)]
+    "shape",
+    [
+        (4096, 256),
+        (8, 128, 256),
+        (37, 50),
+        (5, 3),
+        (129, 1),
+        (16_000_000,),
+        (3, 7, 1000),
+        (1000, 333),
+    ],
 )
 @pytest.mark.parametrize("settings", [LLVM_CPU, replace(LLVM_CPU, vector_loops=True)])
 def test_elementwise_groups_grow(shape: tuple[int, ...], settings: HardwareSettings) -> None:
     """An elementwise kernel's tile grows from the last dimension outwards (an outer one only
     once the tile spans the dimensions inside it) to at most GROUP_ELEMENTS elements, while
     the grid keeps goal_groups groups; under vector_loops its strip is a whole number of
-    vectors where a row holds more than one."""
+    vectors where a row holds more than one, grown or not (a row of 333 in a tile of 336:
+    `tile.lower.widen` writes no other)."""
     width = settings.vec_size
     tiles = choose_tiles(shape, settings, reduction_points=1, accumulator_bytes=4, elementwise=True)
     strip = 4 * width
@@ -61,6 +72,8 @@ def test_elementwise_groups_grow(shape: tuple[int, ...], settings: HardwareSetti
         -(-shape[-1] // width) * width if settings.vector_loops and shape[-1] > width else shape[-1]
     )
     assert tiles[-1] >= min(last, strip)
+    if settings.vector_loops and shape[-1] > width:
+        assert tiles[-1] % width == 0
     assert np.prod(tiles) <= max(GROUP_ELEMENTS, min(last, strip))
     groups = np.prod([-(-size // t) for size, t in zip(shape, tiles, strict=True)])
     if np.prod(tiles) > min(last, strip):  # grown: the cores keep their groups

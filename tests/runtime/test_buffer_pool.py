@@ -70,6 +70,36 @@ def test_the_oldest_buffers_go_when_the_pool_is_full() -> None:
     assert pool.nbytes == 0 and pool.take(BIG) is None
 
 
+def test_the_oldest_go_first_across_sizes_and_buffers_taken_are_not_counted() -> None:
+    pool = BufferPool(capacity=3 * BIG)
+    first, double, second, third = Bytes(), Bytes(), Bytes(), Bytes()
+    pool.give(first, BIG, [])
+    pool.give(double, 2 * BIG, [])
+    assert pool.take(BIG) is first  # out again: its place in the order is stale
+    pool.give(second, BIG, [])
+    pool.give(third, BIG, [])  # 4 x BIG kept: the oldest still kept, `double`, goes
+    assert pool.nbytes == 2 * BIG and pool.take(2 * BIG) is None
+    assert pool.take(BIG) is second and pool.take(BIG) is third
+
+
+def test_the_pool_stays_small_over_many_calls() -> None:
+    """Buffers given and taken back ten thousand times leave no trace; a full pool of two sizes
+    keeps dropping its oldest buffer, of either size."""
+    pool = BufferPool(capacity=4 * BIG)
+    for _ in range(10_000):
+        buffer = Bytes()
+        pool.give(buffer, BIG, [])
+        assert pool.take(BIG) is buffer
+    assert pool.nbytes == 0 and len(pool._order) <= 64 + 2
+    given = [(Bytes(), BIG + (n % 2)) for n in range(1000)]
+    for buffer, size in given:
+        pool.give(buffer, size, [])
+    assert pool.nbytes == 3 * BIG + 2  # the last three, of sizes BIG + 1, BIG, BIG + 1
+    kept = [pool.take(BIG + 1), pool.take(BIG), pool.take(BIG + 1)]
+    assert {id(buffer) for buffer in kept} == {id(buffer) for buffer, _ in given[-3:]}
+    assert len(pool._order) <= 2 * 3 + 64
+
+
 # An output with unwritten elements (the odd ones), which must read 0 whatever the buffer
 # held before: a reused buffer is full of the previous call's values (COPY's, none 0).
 STRIDED = "function (I[N]) -> (O) { O[2 * i: 2 * N] = =(I[i]); }"

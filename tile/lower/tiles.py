@@ -97,9 +97,10 @@ def choose_tiles(
             tiles[-1] = min(shape[-1], strip)
             if elementwise:
                 width = settings.vec_size
-                if settings.vector_loops and shape[-1] > width:  # whole vectors (`widen`)
+                whole = settings.vector_loops and shape[-1] > width  # whole vectors (`widen`)
+                if whole:
                     tiles[-1] = min(-(-shape[-1] // width) * width, strip)
-                _widen_group(shape, tiles, settings.goal_groups)
+                _widen_group(shape, tiles, settings.goal_groups, width if whole else 1)
         return tuple(tiles)
     columns = min(shape[-1], settings.vec_size)
     if streams:  # wider strips, while every core still gets work-groups
@@ -138,20 +139,23 @@ def read_order(flat: FlatContraction | None, tiles: Sequence[int]) -> tuple[int,
     return (*(d for d in order if d != crosswise), crosswise)
 
 
-def _widen_group(shape: Sequence[int], tiles: list[int], goal_groups: int) -> None:
+def _widen_group(shape: Sequence[int], tiles: list[int], goal_groups: int, width: int) -> None:
     """Grow `tiles` (in place) from the last dimension outwards, doubling one dimension at a
     time, up to `GROUP_ELEMENTS` elements and while the grid keeps `goal_groups` groups; an
-    outer dimension grows only once the tile spans every dimension inside it."""
+    outer dimension grows only once the tile spans every dimension inside it. The last one
+    stays a multiple of `width` (a row of 333 in vectors of 16 grows to 336, not 333)."""
 
     def groups() -> int:
         return prod(-(-size // tile) for size, tile in zip(shape, tiles, strict=True))
 
-    for axis in range(len(shape) - 1, -1, -1):
-        if axis < len(shape) - 1 and tiles[axis + 1] < shape[axis + 1]:
+    last = len(shape) - 1
+    for axis in range(last, -1, -1):
+        if axis < last and tiles[axis + 1] < shape[axis + 1]:
             return
-        while tiles[axis] < shape[axis] and 2 * prod(tiles) <= GROUP_ELEMENTS:
+        end = -(-shape[axis] // width) * width if axis == last else shape[axis]
+        while tiles[axis] < end and 2 * prod(tiles) <= GROUP_ELEMENTS:
             before = tiles[axis]
-            tiles[axis] = min(shape[axis], 2 * before)
+            tiles[axis] = min(end, 2 * before)
             if groups() < goal_groups:
                 tiles[axis] = before
                 return

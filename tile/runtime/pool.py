@@ -3,14 +3,18 @@ for the outputs of later calls of the same size.
 
 Buffers of at least POOL_MIN_BYTES that a call's outputs had are kept, up to POOL_BYTES per
 device. A fresh buffer's pages are faulted in by the first kernel that writes them: 64 MB cost
-13-20 ms on PoCL and llvm_cpu.0 (transpose 4096: 16 ms of kernel, 49 ms a call). Smaller
-buffers come from the allocator's heap, already mapped. `tile.runtime.device.BufferState`
-gives its buffer back when it dies, if nothing else holds the buffer.
+13-20 ms on PoCL and llvm_cpu.0 (transpose 4096: 16 ms of kernel, 49 ms a call). Intel's CPU
+OpenCL runtime maps every buffer of its own, small ones too: a 512 KB output cost 0.1-0.2 ms
+of page faults, five times the conversion that wrote it (float32 to float16 of 512 x 512:
+0.29 ms a call with a fresh output, 0.05 recycled; AMD Zen 5). Smaller buffers are not worth
+keeping. `tile.runtime.device.BufferState` gives its buffer back when it dies, if nothing
+else holds the buffer.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import deque
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -18,7 +22,7 @@ if TYPE_CHECKING:
 
     from hal.interfaces import Buffer, Event
 
-POOL_MIN_BYTES = 1 << 20
+POOL_MIN_BYTES = 1 << 16
 POOL_BYTES = 256 << 20
 
 
@@ -30,15 +34,21 @@ class BufferPool:
     def __init__(self, capacity: int = POOL_BYTES) -> None:
         self.capacity = capacity
         self._lock = threading.RLock()  # `give` runs in __del__, maybe inside `take`
-        self._kept: list[tuple[int, Buffer, list[Event]]] = []  # oldest first
+        # Kept buffers by size, each list oldest first, with serial numbers; `_order` holds
+        # (serial, size) in the order they came, for dropping the oldest (a serial whose buffer
+        # went out again is skipped, and rebuilt away once such entries pile up).
+        self._kept: dict[int, list[tuple[int, Buffer, list[Event]]]] = {}
+        self._order: deque[tuple[int, int]] = deque()
+        self._serial = 0
         self._bytes = 0
 
     def take(self, nbytes: int) -> Buffer | None:
         """A kept buffer of `nbytes` bytes that no command uses any more, or None."""
         with self._lock:
-            for at, (size, buffer, pending) in enumerate(self._kept):
-                if size == nbytes and all(event.is_complete for event in pending):
-                    del self._kept[at]
+            kept = self._kept.get(nbytes, [])
+            for at, (_, buffer, pending) in enumerate(kept):
+                if all(event.is_complete for event in pending):
+                    del kept[at]
                     self._bytes -= nbytes
                     return buffer
             return None
@@ -49,15 +59,25 @@ class BufferPool:
         if nbytes < POOL_MIN_BYTES or nbytes > self.capacity:
             return
         with self._lock:
-            self._kept.append((nbytes, buffer, list(pending)))
+            self._serial += 1
+            self._kept.setdefault(nbytes, []).append((self._serial, buffer, list(pending)))
+            self._order.append((self._serial, nbytes))
             self._bytes += nbytes
             while self._bytes > self.capacity:
-                self._bytes -= self._kept.pop(0)[0]
+                serial, size = self._order.popleft()
+                kept = self._kept[size]
+                if kept and kept[0][0] == serial:  # else it went out again, and is gone
+                    del kept[0]
+                    self._bytes -= size
+            if len(self._order) > 2 * sum(map(len, self._kept.values())) + 64:
+                entries = [(e[0], size) for size, kept in self._kept.items() for e in kept]
+                self._order = deque(sorted(entries))
 
     def clear(self) -> None:
         """Release every kept buffer."""
         with self._lock:
             self._kept.clear()
+            self._order.clear()
             self._bytes = 0
 
     @property
