@@ -233,9 +233,13 @@ class ExpressionEmitter(Converter):
             case Lanes(base, offset, _, count):
                 # Past-the-end lanes are masked, never accessed: no `inbounds` with a count.
                 element = self.lvalue_type(ref)
-                pointer = self.builder.gep(
-                    self.load(base).value, [self.index(offset)], inbounds=count is None
-                )
+                if self.lvalue_type(base).is_array:  # lanes of a private array
+                    zero = ir.Constant(I64, 0)
+                    outer = self.address(base).pointer
+                    indices = [zero, self.index(offset)]
+                else:
+                    outer, indices = self.load(base).value, [self.index(offset)]
+                pointer = self.builder.gep(outer, indices, inbounds=count is None)
                 pointer = self.builder.bitcast(pointer, memory_type(element).as_pointer())
                 assert element.dtype is not None
                 return Address(pointer, element, in_memory=True, alignment=element.dtype.itemsize)

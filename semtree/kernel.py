@@ -257,7 +257,7 @@ class HardwareSettings:
     fast_math: bool = False  # allow approximate transcendental builtins
     disable_mad: bool = False
     disable_io_aliasing: bool = False
-    vector_loops: bool = False  # write elementwise tiles as vectors (tile.lower.widen)
+    vector_loops: bool = False  # elementwise tiles and lanes as vectors (tile.lower.widen)
     # Float16 products of the register-tiled kernel computed from float32 copies of their
     # operands, each made once by a kernel first, and through a float32 result where that
     # gives the kernel wider vectors (tile.lower.pack): CPU devices (llvm_cpu; OpenCL CPU

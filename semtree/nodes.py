@@ -198,10 +198,11 @@ class Subscript(LValue):
 
 @dataclass(frozen=True, slots=True)
 class Lanes(LValue):
-    """`width` consecutive elements of the scalar pointer `base`, from element `offset`, as one
-    vector, aligned only as a scalar is: a vector at any element of a buffer. With `count`,
-    only the lanes before `count` are accessed (a ragged edge: a load gives 0 in the others, a
-    store leaves them; neither touches their memory; `count` <= 0 accesses nothing)."""
+    """`width` consecutive elements of the scalar pointer or private array `base`, from element
+    `offset`, as one vector, aligned only as a scalar is: a vector at any element of a buffer.
+    With `count`, only the lanes before `count` are accessed (a ragged edge: a load gives 0 in
+    the others, a store leaves them; neither touches their memory; `count` <= 0 accesses
+    nothing)."""
 
     base: LValue
     offset: Expr

@@ -206,8 +206,11 @@ def lvalue_type(ref: LValue, scope: Scope, native_fp16: bool) -> Type:
             return base_type.element()
         case Lanes(base, offset, width, count):
             base_type = lvalue_type(base, scope, native_fp16)
-            if not base_type.is_pointer or base_type.vec_width != 1:
-                raise SemtreeTypeError(f"{ref}: lanes of {base_type}, not of a scalar pointer")
+            private = base_type.is_array and not base_type.base_is_pointer
+            if not (base_type.is_pointer or private) or base_type.vec_width != 1:
+                raise SemtreeTypeError(
+                    f"{ref}: lanes of {base_type}, not of a scalar pointer or array"
+                )
             if base_type.dtype is DType.BOOLEAN:
                 raise SemtreeTypeError(f"{ref}: lanes of {base_type.dtype.value} elements")
             for what, index in (("offset", offset), ("count", count)):

@@ -348,11 +348,15 @@ class Machine:
                 start = pointer.offset + index * element.vec_width
                 return Address(pointer.target, start, element)
             case Lanes(base, offset, _, count):
-                pointer = self.read(self.address(base, mask), mask)
-                assert isinstance(pointer, Pointer)
                 element = lvalue_type(ref, _TypeView(self.env), self.native_fp16)
-                start = pointer.offset + self.index(offset, mask)
                 lanes = None if count is None else self.index(count, mask)
+                outer = self.address(base, mask)
+                if outer.type.is_array:  # lanes of a private array
+                    start = outer.offset + self.index(offset, mask)
+                    return Address(outer.storage, start, element, lanes)
+                pointer = self.read(outer, mask)
+                assert isinstance(pointer, Pointer)
+                start = pointer.offset + self.index(offset, mask)
                 return Address(pointer.target, start, element, lanes)
             case _:
                 raise UnsupportedNode(ref)

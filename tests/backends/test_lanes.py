@@ -17,7 +17,7 @@ import pytest
 import hal
 from semtree import builder as sb
 from semtree.nodes import Param
-from semtree.types import DType, Type
+from semtree.types import DType, Type, TypeBase
 from tests.opencl.harness import check_against_reference, kernel, kernel_list
 from tests.shipped import SHIPPED, require_opencl
 
@@ -93,3 +93,36 @@ def test_counted_loads_zero_the_lanes_they_skip(device_id: str, width: int) -> N
         count = min(max(g - 2, 0), width)
         want[g, :count] = values[g : g + count]
     np.testing.assert_array_equal(got.reshape(items, width), want)
+
+
+def _private_lanes(width: int) -> sb.Function:
+    """Lanes of a private array (`tile.lower.widen.widen_lanes`): each work-item loads 2 x
+    `width` elements into `acc` as two vectors, adds the upper half to the lower one, and
+    stores the lower half and then an element of the upper half as a scalar."""
+    group = sb.global_id(0)
+    acc = sb.var("acc")
+    source, target = sb.var("src"), sb.var("dst")
+    body = [
+        sb.declare(Type(TypeBase.VALUE, F32, 1, 2 * width), "acc", 0.0),
+        sb.assign(sb.lanes(acc, 0, width), sb.lanes(source, group * 2 * width, width)),
+        sb.assign(sb.lanes(acc, width, width), sb.lanes(source, group * 2 * width + width, width)),
+        sb.assign(sb.lanes(acc, 0, width), sb.lanes(acc, 0, width) + sb.lanes(acc, width, width)),
+        sb.assign(sb.lanes(target, group * (width + 1), width), sb.lanes(acc, 0, width)),
+        sb.assign(target[group * (width + 1) + width], acc[width + 1]),
+    ]
+    params = [Param("dst", Type.ptr(F32, 1)), Param("src", Type.ptr(F32, 1, const=True))]
+    return sb.function(f"private_lanes_{width}", params, body)
+
+
+@pytest.mark.parametrize(("device_id", "width"), CASES)
+def test_lanes_of_private_arrays(device_id: str, width: int) -> None:
+    device = _hal_device(device_id)
+    items = 5
+    info = kernel(
+        _private_lanes(width), {"dst": items * (width + 1), "src": items * 2 * width}, (items,)
+    )
+    values = np.random.default_rng(width).uniform(-4, 4, items * 2 * width).astype(np.float32)
+    got = check_against_reference(device, kernel_list(info), {"src": values})["dst"]
+    halves = values.reshape(items, 2, width)
+    want = np.concatenate([halves[:, 0] + halves[:, 1], halves[:, 1, 1:2]], axis=1)
+    np.testing.assert_array_equal(got.reshape(items, width + 1), want)

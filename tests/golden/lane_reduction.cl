@@ -1,7 +1,14 @@
 // OpenCL C for 1 kernel(s): tile_0
 
+typedef float8 tile_unaligned_float8 __attribute__((aligned(4)));
+
 // max(a, b), a NaN operand ignored
 float tile_max_float(float a, float b) {
+  return ((a > b) | (b != b)) ? a : b;
+}
+
+// max(a, b), a NaN operand ignored
+float8 tile_max_float8(float8 a, float8 b) {
   return ((a > b) | (b != b)) ? a : b;
 }
 
@@ -17,26 +24,31 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void tile_0(__global flo
   float acc[64];
   #pragma unroll
   for (int acc_fill = 0; acc_fill < 64; acc_fill += 1) acc[acc_fill] = -INFINITY;
+  #pragma unroll
   for (int n = 0; n < 2; n += 1) {
     int m = base0;
     #pragma unroll
-    for (int lane = 0; lane < 64; lane += 1) {
-      acc[lane] = tile_max_float(acc[lane], in0[m * 128 + (n * 64 + lane)]);
+    for (int lane_vector = 0; lane_vector < 8; lane_vector += 1) {
+      int lane = lane_vector * 8;
+      *(tile_unaligned_float8*)(acc + (lane)) = tile_max_float8(*(const tile_unaligned_float8*)(acc + (lane)), *(__global const tile_unaligned_float8*)(in0 + (m * 128 + (n * 64 + lane))));
     }
   }
   {
     int m_ = base0;
     #pragma unroll
-    for (int fold32 = 0; fold32 < 32; fold32 += 1) {
-      acc[fold32] = tile_max_float(acc[fold32], acc[fold32 + 32]);
+    for (int fold32_vector = 0; fold32_vector < 4; fold32_vector += 1) {
+      int fold32 = fold32_vector * 8;
+      *(tile_unaligned_float8*)(acc + (fold32)) = tile_max_float8(*(const tile_unaligned_float8*)(acc + (fold32)), *(const tile_unaligned_float8*)(acc + (fold32 + 32)));
     }
     #pragma unroll
-    for (int fold16 = 0; fold16 < 16; fold16 += 1) {
-      acc[fold16] = tile_max_float(acc[fold16], acc[fold16 + 16]);
+    for (int fold16_vector = 0; fold16_vector < 2; fold16_vector += 1) {
+      int fold16 = fold16_vector * 8;
+      *(tile_unaligned_float8*)(acc + (fold16)) = tile_max_float8(*(const tile_unaligned_float8*)(acc + (fold16)), *(const tile_unaligned_float8*)(acc + (fold16 + 16)));
     }
     #pragma unroll
-    for (int fold8 = 0; fold8 < 8; fold8 += 1) {
-      acc[fold8] = tile_max_float(acc[fold8], acc[fold8 + 8]);
+    for (int fold8_vector = 0; fold8_vector < 1; fold8_vector += 1) {
+      int fold8 = fold8_vector * 8;
+      *(tile_unaligned_float8*)(acc + (fold8)) = tile_max_float8(*(const tile_unaligned_float8*)(acc + (fold8)), *(const tile_unaligned_float8*)(acc + (fold8 + 8)));
     }
     #pragma unroll
     for (int fold4 = 0; fold4 < 4; fold4 += 1) {

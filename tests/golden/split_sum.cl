@@ -1,5 +1,7 @@
 // OpenCL C for 2 kernel(s): tile_0_part, tile_0
 
+typedef float8 tile_unaligned_float8 __attribute__((aligned(4)));
+
 // O[] = +(X[i])  (part p of 16)
 //   output  p: 16
 //   reduce  i: 128
@@ -12,26 +14,31 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void tile_0_part(__globa
   float acc[64];
   #pragma unroll
   for (int acc_fill = 0; acc_fill < 64; acc_fill += 1) acc[acc_fill] = 0.0f;
+  #pragma unroll
   for (int i = 0; i < 2; i += 1) {
     int p = base0;
     #pragma unroll
-    for (int lane = 0; lane < 64; lane += 1) {
-      acc[lane] = acc[lane] + in0[p * 128 + (i * 64 + lane)];
+    for (int lane_vector = 0; lane_vector < 8; lane_vector += 1) {
+      int lane = lane_vector * 8;
+      *(tile_unaligned_float8*)(acc + (lane)) = *(const tile_unaligned_float8*)(acc + (lane)) + *(__global const tile_unaligned_float8*)(in0 + (p * 128 + (i * 64 + lane)));
     }
   }
   {
     int p_ = base0;
     #pragma unroll
-    for (int fold32 = 0; fold32 < 32; fold32 += 1) {
-      acc[fold32] = acc[fold32] + acc[fold32 + 32];
+    for (int fold32_vector = 0; fold32_vector < 4; fold32_vector += 1) {
+      int fold32 = fold32_vector * 8;
+      *(tile_unaligned_float8*)(acc + (fold32)) = *(const tile_unaligned_float8*)(acc + (fold32)) + *(const tile_unaligned_float8*)(acc + (fold32 + 32));
     }
     #pragma unroll
-    for (int fold16 = 0; fold16 < 16; fold16 += 1) {
-      acc[fold16] = acc[fold16] + acc[fold16 + 16];
+    for (int fold16_vector = 0; fold16_vector < 2; fold16_vector += 1) {
+      int fold16 = fold16_vector * 8;
+      *(tile_unaligned_float8*)(acc + (fold16)) = *(const tile_unaligned_float8*)(acc + (fold16)) + *(const tile_unaligned_float8*)(acc + (fold16 + 16));
     }
     #pragma unroll
-    for (int fold8 = 0; fold8 < 8; fold8 += 1) {
-      acc[fold8] = acc[fold8] + acc[fold8 + 8];
+    for (int fold8_vector = 0; fold8_vector < 1; fold8_vector += 1) {
+      int fold8 = fold8_vector * 8;
+      *(tile_unaligned_float8*)(acc + (fold8)) = *(const tile_unaligned_float8*)(acc + (fold8)) + *(const tile_unaligned_float8*)(acc + (fold8 + 8));
     }
     #pragma unroll
     for (int fold4 = 0; fold4 < 4; fold4 += 1) {
@@ -66,8 +73,9 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void tile_0(__global flo
   #pragma unroll
   for (int p = 0; p < 2; p += 1) {
     #pragma unroll
-    for (int lane = 0; lane < 8; lane += 1) {
-      acc[lane] = acc[lane] + in0[p * 8 + lane];
+    for (int lane_vector = 0; lane_vector < 1; lane_vector += 1) {
+      int lane = lane_vector * 8;
+      *(tile_unaligned_float8*)(acc + (lane)) = *(const tile_unaligned_float8*)(acc + (lane)) + *(__global const tile_unaligned_float8*)(in0 + (p * 8 + lane));
     }
   }
   {

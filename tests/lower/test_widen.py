@@ -1,4 +1,5 @@
-"""Elementwise tiles on vectors (`tile.lower.widen`, `HardwareSettings.vector_loops`).
+"""Elementwise tiles and reductions in lanes on vectors (`tile.lower.widen`,
+`HardwareSettings.vector_loops`).
 
 Which bodies are widened, and that the widened kernels compute what numpy does in float64 at
 sizes on lane and tile edges (1, primes, 2^k +- 1): through the reference interpreter with
@@ -14,13 +15,16 @@ import numpy as np
 import pytest
 
 import tile
+from semtree import builder as sb
 from semtree.kernel import KernelKind
-from semtree.nodes import Lanes, walk
+from semtree.nodes import Binary, BinOp, For, IntConst, Lanes, Load, Lookup, Store, Subscript, walk
+from semtree.types import DType, Type, TypeBase
 from tests.fuzz.check import check
 from tests.fuzz.programs import Case
 from tests.lower.harness import LLVM_CPU, run_program
 from tests.shipped import SHIPPED, shipped_devices
 from tile.lower.generate import generate_program
+from tile.lower.widen import widen_lanes
 
 WIDE = {width: replace(LLVM_CPU, vec_size=width, vector_loops=True) for width in (2, 4, 8, 16)}
 SIZES = [1, 2, 7, 8, 9, 31, 32, 33, 63, 65, 127, 257, 1000]
@@ -174,3 +178,92 @@ def test_elementwise_edges_on_devices(device_id: str, n: int, devices: dict) -> 
     for case in cases:
         outcome = check(case, devices[device_id])
         assert outcome.kind == "ok", f"{case.family} at {n}: {outcome}"
+
+
+# ---- reductions in lanes on vectors (`widen_lanes`) -----------------------------------------
+
+ROW_SUM = "function (X[M, K]) -> (O) { O[m: M] = +(X[m, k]); }"
+ROW_MAX = "function (X[M, K]) -> (O) { O[m: M] = >(X[m, k]); }"
+ROW_MIN = "function (X[M, K]) -> (O) { O[m: M] = <(X[m, k]); }"
+MATVEC = "function (A[M, K], V[K]) -> (O) { O[m: M] = +(A[m, k] * V[k]); }"
+SCALED = "function (A[M, K], S[M]) -> (O) { O[m: M] = +(A[m, k] * S[m]); }"
+
+
+def _contraction_body(source: str, inputs: dict[str, np.ndarray], width: int) -> str:
+    kernel_list = generate_program(tile.Function(source).bind(inputs), WIDE[width])
+    (body,) = [k.body for k in kernel_list.kernels if k.kind is KernelKind.CONTRACTION]
+    return str(body)
+
+
+def test_lane_loops_and_the_folds_halves_run_on_vectors() -> None:
+    """The reduction's steps and the fold's first halves take `width` lanes at a time (acc
+    read and written as lanes of the private array); the last, partial step and the fold's
+    halves narrower than a vector stay scalar."""
+    rng = np.random.default_rng(1)
+    text = _contraction_body(MATVEC, {"A": _rand(rng, 3, 3001), "V": _rand(rng, 3001)}, 16)
+    assert "for (int lane_vector = 0; lane_vector < 4; lane_vector += 1)" in text, text
+    assert "lanes16(acc, lane) = lanes16(acc, lane) + lanes16(in0, " in text, text
+    assert "lanes16(acc, fold32) = lanes16(acc, fold32) + lanes16(acc, fold32 + 32)" in text
+    assert "for (int fold8 = 0; fold8 < 8; fold8 += 1)" in text  # 8 lanes: scalar
+    assert "if (lane < 57)" in text  # the tail: 3001 = 46 * 64 + 57, scalar
+    narrow = _contraction_body(ROW_SUM, {"X": _rand(rng, 3, 40)}, 16)  # 16 lanes: 1 vector
+    assert "lanes16(acc, lane)" in narrow, narrow
+    plain = generate_program(
+        tile.Function(MATVEC).bind({"A": _rand(rng, 3, 300), "V": _rand(rng, 300)}), LLVM_CPU
+    )
+    assert not any(isinstance(n, Lanes) for k in plain.kernels for n in walk(k.body))  # type: ignore[arg-type]
+
+
+def test_loops_whose_steps_depend_on_each_other_stay_scalar() -> None:
+    """A loop is widened only where no step reads what another writes, and it writes private
+    arrays only."""
+    array = Type(TypeBase.VALUE, DType.FLOAT32, 1, 64)
+    i = Load(Lookup("i"))
+
+    def element(offset: object) -> Subscript:
+        return Subscript(Lookup("acc"), offset)  # type: ignore[arg-type]
+
+    def body(read: object) -> object:
+        loop = For("i", 32, 1, sb.block(Store(element(i), Load(element(read)))))
+        return sb.function(
+            "k",
+            [sb.param("out", Type.ptr(DType.FLOAT32))],
+            [sb.declare(array, "acc", 0.0), loop],
+        )
+
+    shifted = body(Binary(BinOp.ADD, i, IntConst(1)))  # acc[i] = acc[i + 1]: a chain
+    assert widen_lanes(shifted, 16) is shifted  # type: ignore[arg-type]
+    halves = body(Binary(BinOp.ADD, i, IntConst(32)))  # acc[i] = acc[i + 32]: independent
+    assert any(isinstance(n, Lanes) for n in walk(widen_lanes(halves, 16)))  # type: ignore[arg-type]
+    to_memory = sb.function(
+        "k",
+        [sb.param("out", Type.ptr(DType.FLOAT32))],
+        [For("i", 32, 1, sb.block(Store(Subscript(Lookup("out"), i), IntConst(1))))],
+    )
+    assert widen_lanes(to_memory, 16) is to_memory  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("k", [1, 16, 17, 63, 64, 65, 127, 129, 257, 3001])
+@pytest.mark.parametrize("width", [4, 8, 16])
+def test_reductions_in_lanes_on_vectors_match_numpy(k: int, width: int) -> None:
+    """Sums, maxima, minima and products with a vector through the reference interpreter
+    (poisoned outputs; a lane past the end of a row would read the next one or fail), float32
+    and float16 operands, with the extremes in the last, partial step."""
+    rng = np.random.default_rng(k)
+    for dtype in (np.float32, np.float16):
+        x = _rand(rng, 3, k, dtype=dtype)
+        x[1, -1], x[2, -1] = 50, -50
+        v, s = _rand(rng, k, dtype=dtype), _rand(rng, 3, dtype=dtype)
+        wide = x.astype(np.float64)
+        cases = [
+            (ROW_SUM, {"X": x}, wide.sum(axis=1)),
+            (ROW_MAX, {"X": x}, wide.max(axis=1)),
+            (ROW_MIN, {"X": x}, wide.min(axis=1)),
+            (MATVEC, {"A": x, "V": v}, wide @ v.astype(np.float64)),
+            (SCALED, {"A": x, "S": s}, (wide * s.astype(np.float64)[:, None]).sum(axis=1)),
+        ]
+        tolerance = 2e-2 if dtype == np.float16 else 1e-5
+        for source, inputs, want in cases:
+            got = run_program(source, inputs, WIDE[width])["O"].astype(np.float64)
+            scale = np.abs(wide).sum(axis=1) + 1  # sums: relative to the sum of magnitudes
+            assert np.all(np.abs(got - want) <= tolerance * scale), (source, dtype)

@@ -116,14 +116,14 @@ def test_subscripts() -> None:
         typed(v("missing") + 1)
 
 
-
-def test_lanes_are_vectors_at_any_element_of_a_scalar_pointer() -> None:
+def test_lanes_are_vectors_at_any_element_of_a_scalar_pointer_or_array() -> None:
     assert typed(sb.lanes(v("p"), v("n") + 3, 8)) == value(F32, 8)
     assert typed(sb.lanes(v("p"), 0, 16, v("n") - 5)) == value(F32, 16)
+    assert typed(sb.lanes(v("arr"), v("n"), 4)) == value(F32, 4)  # a private array
     assert str(sb.lanes(v("p"), 2, 4, 1).node) == "lanes4(p, 2, 1)"
     for bad in (
         sb.lanes(v("p4"), 0, 4),  # not a scalar pointer
-        sb.lanes(v("arr"), 0, 4),
+        sb.lanes(v("ptrs"), 0, 4),  # an array of pointers
         sb.lanes(v("p"), 0.5, 4),
         sb.lanes(v("p"), 0, 4, v("i32x4")),
     ):
@@ -131,6 +131,7 @@ def test_lanes_are_vectors_at_any_element_of_a_scalar_pointer() -> None:
             typed(bad)
     with pytest.raises(SemtreeTypeError, match="width 3"):
         sb.lanes(v("p"), 0, 3)
+
 
 # ---- rule 2: vector width -----------------------------------------------------------------------
 

@@ -69,7 +69,7 @@ from tile.lower.ops import (
     zero,
 )
 from tile.lower.tiles import read_order
-from tile.lower.widen import widen
+from tile.lower.widen import widen, widen_lanes
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -124,6 +124,8 @@ def generate_group(
         widened = widen(generated.body, settings.vec_size)
         if widened is not None:
             return replace(generated, body=widened)
+    elif settings.vector_loops:  # reductions in lanes on vectors
+        return replace(generated, body=widen_lanes(generated.body, settings.vec_size))
     return generated
 
 

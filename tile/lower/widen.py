@@ -1,4 +1,5 @@
-"""Elementwise tiles as vector code, for device compilers that do not vectorize loops.
+"""Elementwise tiles and reductions in lanes as vector code, for device compilers that do not
+vectorize loops (`widen`, and `widen_lanes` below).
 
 PoCL 3.0 compiles the scalar loop over a tile's elements as written, one out-of-line library
 call per `tanh` or `exp`, so an elementwise kernel there runs 8x slower than the same work on
@@ -31,6 +32,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from semtree.nodes import (
+    LANE_WIDTHS,
     Binary,
     BinOp,
     Block,
@@ -53,6 +55,8 @@ from semtree.nodes import (
 from semtree.types import DType, Type
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from semtree.nodes import Expr, Function, Node
 
 # Lanes of 8- to 32-bit numbers only: Lanes cannot access boolean memory, and PoCL 3.0
@@ -92,6 +96,97 @@ def widen(function: Function, width: int) -> Function | None:
     except _RefusedError:
         return None
     return None if body is function.body else replace(function, body=body)
+
+
+def widen_lanes(function: Function, width: int) -> Function:
+    """`function` with each innermost counted loop of stores to consecutive elements on
+    vectors: a contraction's reduction in lanes (`tile.lower.accumulators`), `acc[i * L +
+    lane] = acc[i * L + lane] + in0[... + lane] * ...` over `lane` < L, becomes L / `width`
+    steps of `width` lanes, its private accumulators read and written as `Lanes`, and so do
+    the first steps of the fold that follows. Intel's CPU OpenCL compiler ran the scalar loop
+    of a 4096 x 4096 matrix-vector product on scalars, 15 ms; 1.1 ms on vectors. A loop of
+    any other shape (a step of fewer lanes, tile loops) is left as it is."""
+    if width not in LANE_WIDTHS:
+        return function
+    pointers = {param.name: param.type for param in function.params if param.type.is_pointer}
+    for node in walk(function.body):
+        if isinstance(node, Declare) and node.type.is_array and not node.type.base_is_pointer:
+            pointers[node.name] = node.type
+    body = _lane_loops(function.body, width, pointers)
+    return function if body is function.body else replace(function, body=body)
+
+
+def _lane_loops(stmt: Stmt, width: int, pointers: dict[str, Type]) -> Stmt:
+    match stmt:
+        case Block(stmts):
+            new = tuple(_lane_loops(inner, width, pointers) for inner in stmts)
+            same = all(a is b for a, b in zip(new, stmts, strict=True))
+            return stmt if same else replace(stmt, stmts=new)
+        case If(_, then, other):
+            new_then = _lane_loops(then, width, pointers)
+            new_other = None if other is None else _lane_loops(other, width, pointers)
+            if new_then is then and new_other is other:
+                return stmt
+            return replace(stmt, then=new_then, other=new_other)
+        case For(var, count, 1, Block(stmts)) if not _innermost(list(stmts)):
+            body = _lane_loops(stmt.body, width, pointers)
+            return stmt if body is stmt.body else replace(stmt, body=body)
+        case For(var, count, 1, Block(stmts)) if count % width == 0 and all(
+            isinstance(inner, Store) for inner in stmts
+        ):
+            arrays = {name for name, type_ in pointers.items() if type_.is_array}
+            if not _independent(stmts, var, count, arrays):
+                return stmt
+            widener = _Widener(var, width, pointers, None)
+            try:
+                widened = widener.block(stmts)
+            except _RefusedError:
+                return stmt
+            if not all(widener.varies(inner.value) for inner in widened.stmts):  # type: ignore[attr-defined]
+                return stmt  # a value for every lane: nothing to gain
+            step = f"{var}_vector"
+            start = Binary(BinOp.MUL, Load(Lookup(step)), IntConst(width))
+            head = Declare(Type.index(), var, start)
+            return For(step, count // width, 1, Block((head, *widened.stmts)), span=stmt.span)
+        case _:
+            return stmt
+
+
+def _independent(stmts: Sequence[Stmt], var: str, count: int, arrays: set[str]) -> bool:
+    """Whether the stores `stmts` of a loop over `var` < `count` write private arrays only, and
+    no step reads what another writes: each read of a written array is at the written element
+    itself, or at a constant distance of at least `count` from it (a fold's other half)."""
+    written: dict[str, Expr] = {}
+    for stmt in stmts:
+        match stmt:
+            case Store(Subscript(Lookup(name), offset), _) if name in arrays:
+                if written.setdefault(name, offset) != offset:
+                    return False
+            case _:
+                return False
+    for stmt in stmts:
+        for node in walk(stmt):
+            if isinstance(node, Subscript) and isinstance(node.base, Lookup):
+                store = written.get(node.base.name)
+                if store is None or node.offset == store:
+                    continue
+                distance = _distance(node.offset, store)
+                if distance is None or abs(distance) < count or not _mentions(store, {var}):
+                    return False
+    return True
+
+
+def _distance(offset: Expr, other: Expr) -> int | None:
+    """`c` where `offset` is `other + c` as written (the generator's affine form), else None."""
+    match offset:
+        case Binary(BinOp.ADD, inner, IntConst(c)) if inner == other:
+            return int(c)
+        case Binary(BinOp.SUB, inner, IntConst(c)) if inner == other:
+            return -int(c)
+    match other:
+        case Binary(BinOp.ADD, inner, IntConst(c)) if inner == offset:
+            return -int(c)
+    return None
 
 
 def _statement(stmt: Stmt, width: int, pointers: dict[str, Type]) -> Stmt:
