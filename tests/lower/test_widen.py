@@ -205,7 +205,11 @@ def test_lane_loops_and_the_folds_halves_run_on_vectors() -> None:
     assert "lanes16(acc, lane) = lanes16(acc, lane) + lanes16(in0, " in text, text
     assert "lanes16(acc, fold32) = lanes16(acc, fold32) + lanes16(acc, fold32 + 32)" in text
     assert "for (int fold8 = 0; fold8 < 8; fold8 += 1)" in text  # 8 lanes: scalar
-    assert "if (lane < 57)" in text  # the tail: 3001 = 46 * 64 + 57, scalar
+    # The last step, 3001 = 46 * 64 + 57: a sum's lanes past 57 read nothing and add 0; a
+    # maximum's take the identity, -inf, so its last step stays scalar.
+    assert "lanes16(in1, k * 64 + lane, 57 - lane)" in text, text
+    maximum = _contraction_body(ROW_MAX, {"X": _rand(rng, 3, 3001)}, 16)
+    assert "if (lane < 57)" in maximum and "lanes16(acc, lane) = max(" in maximum, maximum
     narrow = _contraction_body(ROW_SUM, {"X": _rand(rng, 3, 40)}, 16)  # 16 lanes: 1 vector
     assert "lanes16(acc, lane)" in narrow, narrow
     plain = generate_program(
@@ -248,12 +252,15 @@ def test_loops_whose_steps_depend_on_each_other_stay_scalar() -> None:
 def test_reductions_in_lanes_on_vectors_match_numpy(k: int, width: int) -> None:
     """Sums, maxima, minima and products with a vector through the reference interpreter
     (poisoned outputs; a lane past the end of a row would read the next one or fail), float32
-    and float16 operands, with the extremes in the last, partial step."""
+    and float16 operands, with the extremes in the last, partial step, and rows all below or
+    all above 0 (a maximum's padded lanes must not count as 0)."""
     rng = np.random.default_rng(k)
     for dtype in (np.float32, np.float16):
-        x = _rand(rng, 3, k, dtype=dtype)
+        x = _rand(rng, 4, k, dtype=dtype)
         x[1, -1], x[2, -1] = 50, -50
-        v, s = _rand(rng, k, dtype=dtype), _rand(rng, 3, dtype=dtype)
+        x[2] = -np.abs(x[2]) - 1
+        x[3] = np.abs(x[3]) + 1
+        v, s = _rand(rng, k, dtype=dtype), _rand(rng, 4, dtype=dtype)
         wide = x.astype(np.float64)
         cases = [
             (ROW_SUM, {"X": x}, wide.sum(axis=1)),
@@ -267,3 +274,33 @@ def test_reductions_in_lanes_on_vectors_match_numpy(k: int, width: int) -> None:
             got = run_program(source, inputs, WIDE[width])["O"].astype(np.float64)
             scale = np.abs(wide).sum(axis=1) + 1  # sums: relative to the sum of magnitudes
             assert np.all(np.abs(got - want) <= tolerance * scale), (source, dtype)
+
+
+MIDDLE = "function (X[A, B, C]) -> (O) {{ O[a, c: A, C] = {agg}(X[a, b, c]); }}"
+REDUCE = {"+": np.sum, ">": np.max, "<": np.min, "*": np.prod}
+
+
+def test_tile_loops_of_contractions_run_on_vectors() -> None:
+    """A column tile reads, accumulates and stores `width` columns at a time; in a tile past
+    the shape (159 columns in tiles of 64) the lanes past it neither read nor write memory."""
+    text = _contraction_body(MIDDLE.format(agg=">"), {"X": np.zeros((5, 7, 159), np.float32)}, 16)
+    assert "lanes16(in0, a * 1113 + (base1 + tr1) + b * 159, 159 - (base1 + tr1))" in text, text
+    assert "lanes16(acc, tr1) = max(lanes16(acc, tr1), v)" in text, text
+    assert "lanes16(out0, a_ * 159 + (base1 + tw1), 159 - (base1 + tw1)) = vO" in text, text
+
+
+@pytest.mark.parametrize("columns", [1, 17, 65, 159, 200])
+@pytest.mark.parametrize("agg", ["+", ">", "<", "*"])
+@pytest.mark.parametrize("width", [8, 16])
+def test_tile_loops_on_vectors_match_numpy(columns: int, agg: str, width: int) -> None:
+    """Reductions over a middle axis, their kept last axis off the tile grid, through the
+    reference interpreter (poisoned outputs; a lane past the shape would read past the
+    buffer's end or write an element twice): rows all below 0, all above, and mixed."""
+    rng = np.random.default_rng(columns)
+    x = rng.uniform(0.5, 1.5, (3, 9, columns)).astype(np.float32)
+    if agg != "*":
+        x[0] = -x[0]
+        x[2] = x[2] - 1
+    want = REDUCE[agg](x.astype(np.float64), axis=1)
+    got = run_program(MIDDLE.format(agg=agg), {"X": x}, WIDE[width])["O"].astype(np.float64)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
