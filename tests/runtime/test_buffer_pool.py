@@ -75,7 +75,7 @@ def test_the_oldest_go_first_across_sizes_and_buffers_taken_are_not_counted() ->
     first, double, second, third = Bytes(), Bytes(), Bytes(), Bytes()
     pool.give(first, BIG, [])
     pool.give(double, 2 * BIG, [])
-    assert pool.take(BIG) is first  # out again: its place in the order is stale
+    assert pool.take(BIG) is first  # out again: no longer among the oldest
     pool.give(second, BIG, [])
     pool.give(third, BIG, [])  # 4 x BIG kept: the oldest still kept, `double`, goes
     assert pool.nbytes == 2 * BIG and pool.take(2 * BIG) is None

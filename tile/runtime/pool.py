@@ -14,7 +14,6 @@ else holds the buffer.
 from __future__ import annotations
 
 import threading
-from collections import deque
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -34,11 +33,10 @@ class BufferPool:
     def __init__(self, capacity: int = POOL_BYTES) -> None:
         self.capacity = capacity
         self._lock = threading.RLock()  # `give` runs in __del__, maybe inside `take`
-        # Kept buffers by size, each list oldest first, with serial numbers; `_order` holds
-        # (serial, size) in the order they came, for dropping the oldest (a serial whose buffer
-        # went out again is skipped, and rebuilt away once such entries pile up).
+        # Kept buffers by size, each list oldest first, with serial numbers; `_order` maps the
+        # serial of every kept buffer to its size, oldest first, for dropping the oldest.
         self._kept: dict[int, list[tuple[int, Buffer, list[Event]]]] = {}
-        self._order: deque[tuple[int, int]] = deque()
+        self._order: dict[int, int] = {}
         self._serial = 0
         self._bytes = 0
 
@@ -46,10 +44,9 @@ class BufferPool:
         """A kept buffer of `nbytes` bytes that no command uses any more, or None."""
         with self._lock:
             kept = self._kept.get(nbytes, [])
-            for at, (_, buffer, pending) in enumerate(kept):
+            for at, (serial, buffer, pending) in enumerate(kept):
                 if all(event.is_complete for event in pending):
-                    del kept[at]
-                    self._bytes -= nbytes
+                    self._drop(nbytes, at, serial)
                     return buffer
             return None
 
@@ -61,17 +58,20 @@ class BufferPool:
         with self._lock:
             self._serial += 1
             self._kept.setdefault(nbytes, []).append((self._serial, buffer, list(pending)))
-            self._order.append((self._serial, nbytes))
+            self._order[self._serial] = nbytes
             self._bytes += nbytes
             while self._bytes > self.capacity:
-                serial, size = self._order.popleft()
-                kept = self._kept[size]
-                if kept and kept[0][0] == serial:  # else it went out again, and is gone
-                    del kept[0]
-                    self._bytes -= size
-            if len(self._order) > 2 * sum(map(len, self._kept.values())) + 64:
-                entries = [(e[0], size) for size, kept in self._kept.items() for e in kept]
-                self._order = deque(sorted(entries))
+                serial, size = next(iter(self._order.items()))
+                self._drop(size, 0, serial)  # the oldest of its size too
+
+    def _drop(self, nbytes: int, at: int, serial: int) -> None:
+        """Forget entry `at` of the buffers of `nbytes` bytes, whose serial is `serial`."""
+        kept = self._kept[nbytes]
+        del kept[at]
+        if not kept:
+            del self._kept[nbytes]
+        del self._order[serial]
+        self._bytes -= nbytes
 
     def clear(self) -> None:
         """Release every kept buffer."""
