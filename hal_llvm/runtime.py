@@ -18,7 +18,8 @@ ran inline (below). Threading design:
   `TILE_CPU_SPIN_US` (default 100 µs), and run slices without ever taking the GIL; a split
   launch is then one ctypes call on the launching thread. Elsewhere, and for entry points
   that are Python functions, they wait on a queue and each takes its slices in one ctypes
-  call (`hal_llvm.slices`, `hal_llvm.split`), which releases the GIL.
+  call (`hal_llvm.slices`, `hal_llvm.split`), which releases the GIL. The helpers may run on
+  any core but the launcher's (`hal_llvm.placement`).
 - **Small launches** (one work-group, or less estimated work than `TILE_CPU_SPLIT_US`,
   default 200 µs, a few times the fork-join cost) run as one call on the scheduler.
 - **Short launches** (less estimated work than `INLINE_SECONDS`, 2 ms) submitted while the
@@ -43,11 +44,13 @@ import os
 import threading
 import time
 import weakref
+from dataclasses import dataclass
 from queue import Empty, SimpleQueue
 from typing import TYPE_CHECKING
 
 from hal.errors import ExecutionError, HalError
 from hal.events import CompletedEvent, FailedEvent, SettableEvent, dependency_failure
+from hal_llvm.placement import HelperPlacement
 from hal_llvm.split import SplitLaunch, native_address
 
 if TYPE_CHECKING:
@@ -117,22 +120,13 @@ class LLVMEvent(SettableEvent):
     __slots__ = ()
 
 
+@dataclass(slots=True)
 class _Job:
-    __slots__ = ("action", "deps", "event", "keep_alive", "profile")
-
-    def __init__(
-        self,
-        action: Callable[[], None],
-        deps: tuple[Event, ...],
-        event: LLVMEvent,
-        keep_alive: object,
-        profile: bool,
-    ) -> None:
-        self.action: Callable[[], None] | None = action
-        self.deps = deps
-        self.event = event
-        self.keep_alive = keep_alive
-        self.profile = profile
+    action: Callable[[], None] | None
+    deps: tuple[Event, ...]
+    event: LLVMEvent
+    keep_alive: object
+    profile: bool
 
 
 def _run_now(action: Callable[[], None], deps: Sequence[Event], label: str, profile: bool) -> Event:
@@ -193,6 +187,7 @@ class CpuRuntime:
         self._helper_work: SimpleQueue[SplitLaunch | None] = SimpleQueue()
         self._scheduler: threading.Thread | None = None
         self._helpers: list[threading.Thread] = []
+        self._placement = HelperPlacement(())  # the helpers' cores (`hal_llvm.placement`)
         self._pending = 0  # jobs queued or running (under _state_lock)
         self._running = threading.Lock()  # held while a job runs, on any thread
 
@@ -336,6 +331,7 @@ class CpuRuntime:
             entry(params, 0, groups)
             return
         slices = min(groups, SLICES_PER_THREAD * self.threads)
+        self._placement.before_launch()
         pool = self._pool
         if pool is not None and self.runner is not None:
             address = native_address(entry)
@@ -441,6 +437,7 @@ class CpuRuntime:
         self._scheduler.start()
         for helper in self._helpers:
             helper.start()
+        self._placement = HelperPlacement([h.native_id for h in self._helpers if h.native_id])
 
     @property
     def closed(self) -> bool:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import ctypes
 import random
 import threading
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
@@ -21,6 +23,9 @@ from hal_llvm.host import usable_cores
 from hal_llvm.pool import MAX_SLICES, NativePool, available
 from hal_llvm.runtime import spin_seconds
 from tests.hal.kernels import make_device
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
 
 pytestmark = pytest.mark.skipif(not available(), reason="the native pool needs Linux futexes")
 
@@ -43,6 +48,28 @@ done:
   ret void
 }
 """
+
+
+@contextmanager
+def counting_device(*, inline: bool = True) -> Iterator[tuple[Any, np.ndarray, Callable[[], None]]]:
+    """A device that splits every launch, its counts (one per work-group) and a launch that
+    adds 1 to each (with `inline`, on the calling thread where the queue is idle)."""
+    device = make_device(split_seconds=0.0)
+    try:
+        runtime = device.runtime
+        counts = np.zeros(64, np.int64)
+        params = (ctypes.c_void_p * 1)(counts.ctypes.data)
+        module = compile_module(_COUNT, name="test_pool_device")
+        entry = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(
+            module.address("count")
+        )
+
+        def launch() -> None:
+            runtime.launch(entry, ctypes.addressof(params), 64, inline=inline).wait(timeout=10)
+
+        yield runtime, counts, launch
+    finally:
+        device.close()
 
 
 @pytest.fixture(scope="module")
@@ -140,21 +167,11 @@ def test_the_device_runs_split_launches_in_its_pool(monkeypatch) -> None:
     """llvm_cpu's helpers live in the pool, spinning or not, and stop with the device."""
     for spin in ("0", "100"):
         monkeypatch.setenv("TILE_CPU_SPIN_US", spin)
-        device = make_device(split_seconds=0.0)
-        try:
-            runtime = device.runtime
-            counts = np.zeros(64, np.int64)
-            params = (ctypes.c_void_p * 1)(counts.ctypes.data)
-            module = compile_module(_COUNT, name="test_pool_device")
-            entry = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(
-                module.address("count")
-            )
+        with counting_device(inline=False) as (runtime, counts, launch):
             for _ in range(200):
-                runtime.launch(entry, ctypes.addressof(params), 64).wait(timeout=10)
+                launch()
             assert runtime._pool is not None and np.all(counts == 200)
             helpers = list(runtime._helpers)
-        finally:
-            device.close()
         assert helpers and not any(helper.is_alive() for helper in helpers)
 
 
