@@ -28,7 +28,7 @@ from llvmlite import ir
 
 from hal_llvm.render_arith import float_operation, integer_operation
 from hal_llvm.render_convert import Converter
-from hal_llvm.render_lanes import lane_mask, masked_load, masked_store
+from hal_llvm.render_lanes import lane_mask, masked_load, masked_store, shuffle
 from hal_llvm.render_math import Declarations, emit_builtin
 from hal_llvm.render_types import (
     I1,
@@ -62,6 +62,7 @@ from semtree.nodes import (
     Lookup,
     LValue,
     Select,
+    Shuffle,
     Subscript,
     Unary,
     UnOp,
@@ -326,6 +327,10 @@ class ExpressionEmitter(Converter):
                 return self._cond(expr)
             case Clamp(value, lo, hi):
                 return self._clamp(expr, (value, lo, hi))
+            case Shuffle(first, second, mask):
+                pair = (self.expression(first), self.expression(second))
+                value = shuffle(self.builder, pair[0].value, pair[1].value, mask)
+                return Typed(value, self._result(expr, pair))
             case Cast(target, inner):
                 return self._cast(target, inner)
             case Call(fn, args):

@@ -1,5 +1,6 @@
-"""Counted `semtree.Lanes` accesses in LLVM IR: masked loads and stores of the lanes below a
-count (`llvm.masked.load`/`llvm.masked.store`, which AVX-512 runs as k-masked moves)."""
+"""Vector lanes in LLVM IR: counted `semtree.Lanes` accesses, masked loads and stores of the
+lanes below a count (`llvm.masked.load`/`llvm.masked.store`, which AVX-512 runs as k-masked
+moves), and `semtree.Shuffle` (a `shufflevector`)."""
 
 from __future__ import annotations
 
@@ -59,3 +60,12 @@ def masked_store(
         [vector, pointer.type, I32, mask.type],
     )
     return builder.call(function, [value, pointer, ir.Constant(I32, alignment), mask])
+
+
+def shuffle(
+    builder: ir.IRBuilder, first: ir.Value, second: ir.Value, mask: tuple[int, ...]
+) -> ir.Value:
+    """The lanes `mask` of `first` followed by `second` (two vectors of one type)."""
+    return builder.shuffle_vector(
+        first, second, ir.Constant(ir.VectorType(I32, len(mask)), list(mask))
+    )

@@ -25,6 +25,7 @@ from hal_opencl.spelling import (
     BIT_XOR,
     C_NAMES,
     EQUALITY,
+    INDEX,
     LOGIC_AND,
     LOGIC_OR,
     MULTIPLY,
@@ -97,6 +98,13 @@ def infix(op: str, precedence: int, left: Text, right: Text, type_: Type) -> Tex
 
 def call(name: str, arguments: list[Text], type_: Type, lanes: DType | None = None) -> Text:
     return Text(f"{name}({', '.join(text.code for text in arguments)})", ATOM, type_, lanes)
+
+
+def shuffle(first: Text, second: Text, mask: tuple[int, ...]) -> Text:
+    """`shuffle2`, whose mask has unsigned lanes of the size of the vectors' elements."""
+    lanes = vector_name(UNSIGNED[mask_lanes_of(first.type)], len(mask))
+    picks = Text(f"({lanes})({', '.join(map(str, mask))})", ATOM, INDEX)
+    return call("shuffle2", [first, second, picks], first.type.with_width(len(mask)))
 
 
 def _plain(op: BinOp, left: Text, right: Text, type_: Type) -> Text:

@@ -34,6 +34,7 @@ from hal_opencl.arithmetic import (
     integer_arithmetic,
     min_max,
     round_to_half,
+    shuffle,
     unary,
 )
 from hal_opencl.spelling import (
@@ -78,6 +79,7 @@ from semtree.nodes import (
     Lookup,
     LValue,
     Select,
+    Shuffle,
     Subscript,
     Unary,
     UnOp,
@@ -290,6 +292,8 @@ class ExpressionRenderer(CPrinter):
                 return self.choice(expr)
             case Clamp(value, lo, hi):
                 return self.clamp((value, lo, hi))
+            case Shuffle(first, second, mask):
+                return shuffle(self.value(first), self.value(second), mask)
             case Cast(type_, value):
                 return self.cast(type_, value)
             case Call(fn, args):

@@ -53,6 +53,7 @@ __all__ = [
     "Select",
     "SemtreeError",
     "SemtreeTypeError",
+    "Shuffle",
     "Stmt",
     "Store",
     "Subscript",
@@ -94,7 +95,6 @@ _FORMAT: list[Callable[[Node], str]] = []
 def set_formatter(format_node: Callable[[Node], str]) -> None:
     """Make `str(node)` call `format_node` (semtree.printer registers itself)."""
     _FORMAT[:] = [format_node]
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +255,21 @@ class Select(Expr):
 
 
 @dataclass(frozen=True, slots=True)
+class Shuffle(Expr):
+    """Lanes of two vectors of one type, `first` then `second` (lanes 0 to 2w - 1): lane i of
+    the result is lane `mask[i]` of the two (OpenCL's `shuffle2`, LLVM's `shufflevector`)."""
+
+    first: Expr
+    second: Expr
+    mask: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        _normalise(self)
+        if len(self.mask) not in LANE_WIDTHS or min(self.mask) < 0:
+            raise SemtreeTypeError(f"shuffle mask {self.mask}: not 2, 4, 8 or 16 lanes >= 0")
+
+
+@dataclass(frozen=True, slots=True)
 class Clamp(Expr):
     value: Expr
     lo: Expr
@@ -379,6 +394,7 @@ _KINDS: dict[str, type] = {
     "IdKind": IdKind,
     "Builtin": Builtin,
     "DType": DType,
+    "int": int,
 }
 _SCHEMAS: dict[type, tuple[tuple[str, str, type | None, bool], ...]] = {}
 

@@ -28,6 +28,7 @@ from semtree.nodes import (
     LValue,
     Return,
     Select,
+    Shuffle,
     Stmt,
     Store,
     Subscript,
@@ -174,6 +175,8 @@ def with_operands(expr: Expr, new: Sequence[Expr]) -> Expr:
             return rebuilt(expr, value=new[0], lo=new[1], hi=new[2])  # type: ignore[return-value]
         case Cast():
             return rebuilt(expr, value=new[0])  # type: ignore[return-value]
+        case Shuffle():
+            return rebuilt(expr, first=new[0], second=new[1])  # type: ignore[return-value]
         case Call():
             if all(map(same, new, expr.args)):
                 return expr

@@ -44,6 +44,7 @@ from semtree.nodes import (
     Param,
     Return,
     Select,
+    Shuffle,
     Stmt,
     Store,
     Subscript,
@@ -327,6 +328,9 @@ class CPrinter:
                 return self.select(expr), _ATOM
             case Clamp(value, lo, hi):
                 return f"clamp({self.expr(value)}, {self.expr(lo)}, {self.expr(hi)})", _ATOM
+            case Shuffle(first, second, mask):
+                lanes = ", ".join(map(str, mask))
+                return f"shuffle2({self.expr(first)}, {self.expr(second)}, ({lanes}))", _ATOM
             case Cast(type_, value):
                 return self.cast(type_, value), _UNARY
             case Call(fn, args):

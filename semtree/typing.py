@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from semtree.nodes import (
+    LANE_WIDTHS,
     Barrier,
     Binary,
     BinOp,
@@ -52,6 +53,7 @@ from semtree.nodes import (
     Return,
     Select,
     SemtreeTypeError,
+    Shuffle,
     Stmt,
     Store,
     Subscript,
@@ -173,6 +175,8 @@ def operands(expr: Expr) -> tuple[Expr, ...]:
             return (cond, then, other)
         case Clamp(value, lo, hi):
             return (value, lo, hi)
+        case Shuffle(first, second):
+            return (first, second)
         case Cast(_, value):
             return (value,)
         case Call(_, args):
@@ -248,6 +252,8 @@ def result_type(expr: Expr, types: Sequence[Type], scope: Scope, native_fp16: bo
             if common.is_pointer or common.is_bool:
                 raise SemtreeTypeError(f"clamp of {common}")
             return common
+        case Shuffle(_, _, mask):
+            return _shuffle_type(expr, types, mask)
         case Cast(target, _):
             check_cast(types[0], target)
             return value_type(target, native_fp16)
@@ -424,3 +430,13 @@ def _check_stmt(
                 check_assign(ret, type_of(value, scope, native_fp16), f"return {value}")
         case _:
             raise UnsupportedNode(stmt)
+
+
+def _shuffle_type(expr: Expr, types: Sequence[Type], mask: tuple[int, ...]) -> Type:
+    """Two vectors of one type (not booleans: a backend's bytes), lanes picked from both."""
+    first, second = types
+    if first != second or first.vec_width not in LANE_WIDTHS or first.is_pointer or first.is_bool:
+        raise SemtreeTypeError(f"{expr}: shuffle of {first} and {second}")
+    if max(mask) >= 2 * first.vec_width:
+        raise SemtreeTypeError(f"{expr}: lane {max(mask)} of two {first}")
+    return first.with_width(len(mask))

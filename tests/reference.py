@@ -62,6 +62,7 @@ from semtree.nodes import (
     LValue,
     Return,
     Select,
+    Shuffle,
     Stmt,
     Store,
     Subscript,
@@ -550,6 +551,9 @@ class Machine:
                 return self.convert(exact, target, type_, mask)
             case Call(fn, _):
                 return _call(fn, self.coerce(children, evaluated, type_, mask), type_)
+            case Shuffle(_, _, lanes):
+                pair = [np.asarray(value) for value, _ in evaluated]
+                return np.concatenate(pair, axis=1)[:, list(lanes)]
             case _:
                 raise UnsupportedNode(expr)
 
