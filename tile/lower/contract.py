@@ -69,6 +69,7 @@ from tile.lower.ops import (
     zero,
 )
 from tile.lower.tiles import read_order
+from tile.lower.transpose import with_blocks
 from tile.lower.widen import widen, widen_lanes
 
 if TYPE_CHECKING:
@@ -119,14 +120,16 @@ def generate_group(
     """The kernel of a CONTRACTION or ELEMENTWISE plan; an elementwise one (no `flat`) on
     vectors under `settings.vector_loops` where `tile.lower.widen` can write it so. With
     `over_rows`, a contraction's reduction runs over rows counted at run time (above)."""
-    generated = _GroupKernel(plan, flat, context, settings, tuple(tiles), over_rows).build(name)
+    kernel = _GroupKernel(plan, flat, context, settings, tuple(tiles), over_rows)
+    generated = kernel.build(name)
     if flat is None and settings.vector_loops:
         widened = widen(generated.body, settings.vec_size)
         if widened is not None:
             return replace(generated, body=widened)
     elif settings.vector_loops:  # reductions in lanes on vectors
-        return replace(generated, body=widen_lanes(generated.body, settings.vec_size))
-    return generated
+        generated = replace(generated, body=widen_lanes(generated.body, settings.vec_size))
+    order, grid, writer = kernel.read_order, kernel.grid, kernel.writer
+    return with_blocks(generated, plan, flat, kernel.tiles, order, grid, writer)  # transpositions
 
 
 class _GroupKernel:

@@ -23,7 +23,7 @@ of `width` lanes; one that does not stays a scalar, broadcast where it meets a v
 access whose element offset has coefficient 1 in `x` becomes `Lanes` (a vector at any
 element); one without `x` stays a scalar access. Anything else (a strided access, `x` used as a
 value, a condition that depends on `x`, a branch that reads memory, boolean memory) leaves the
-body as it was: `widen` returns None; so do 64-bit values (`_LANE_TYPES`).
+body as it was: `widen` returns None; so do 64-bit values (`LANE_TYPES`).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ if TYPE_CHECKING:
 # (LLVM 14) aborts the process compiling some builtins on vectors of doubles (`tanh(double8)`:
 # "Cannot select: vselect"). Half lanes are computed in float where the device has no half
 # arithmetic (the OpenCL renderer converts their bits with the program's own helpers).
-_LANE_TYPES = frozenset(
+LANE_TYPES = frozenset(
     {
         DType.INT8,
         DType.INT16,
@@ -82,7 +82,7 @@ def _lane_type(type_: Type) -> bool:
     """Whether a value of `type_` can become a vector of lanes (booleans can, in registers)."""
     if type_.vec_width != 1 or type_.is_pointer or type_.is_index or type_.is_array:
         return False
-    return type_.is_bool or type_.dtype in _LANE_TYPES
+    return type_.is_bool or type_.dtype in LANE_TYPES
 
 
 class _RefusedError(Exception):
@@ -415,7 +415,7 @@ class _Widener:
         pointer_type = self.pointers.get(pointer)
         if coefficient != 1 or pointer_type is None or pointer_type.vec_width != 1:
             raise _RefusedError
-        if pointer_type.dtype not in _LANE_TYPES:
+        if pointer_type.dtype not in LANE_TYPES:
             raise _RefusedError
         return Lanes(Lookup(pointer), offset, self.width, self.count)
 

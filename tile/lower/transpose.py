@@ -1,0 +1,148 @@
+"""Transpositions in 8 x 8 register blocks (design 8.7; issue 12 item 1).
+
+A contraction that only moves elements (`O[n, m] = =(I[m, n])`, a batched transposition,
+NCHW to NHWC: no reduction, one operand, no guard, default or epilogue), whose operand is
+contiguous along an output dimension other than the last, reads each tile along that
+dimension into a private array and writes it out element by element
+(`tile.lower.tiles.read_order`). Intel's CPU OpenCL compiler keeps that private array in
+memory and runs the write loop on scalars.
+
+`with_blocks` gives such a kernel a second way through a tile that lies wholly inside the
+shape, with both tiled sides multiples of 8: blocks of 8 x 8 elements, each 8 vector loads of
+8 elements along the operand's contiguous dimension, a transposition in registers (3 rounds
+of 8 `semtree.Shuffle`s) and 8 vector stores along the output's last dimension. Tiles at the
+edges of the shape keep the element path. Transposing 4096 x 4096 float32 on Intel's runtime
+(AMD EPYC Zen 5, 2 threads, the kernels alone): 9.3 ms by elements, 6.7 ms in blocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from semtree import builder as sb
+from semtree.nodes import Binary, BinOp, Block, Expr, IntConst, Lanes, Load, Lookup, Shuffle, Stmt
+from semtree.types import Type
+from tile.lang.syntax import CombOp
+from tile.lower.flatten import row_major
+from tile.lower.kernel import affine, conjunction
+from tile.lower.widen import LANE_TYPES
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from tile.lower.flat import FlatContraction
+    from tile.lower.fuse import KernelPlan
+    from tile.lower.generate import GeneratedBody
+    from tile.lower.kernel import Grid, KernelWriter
+
+BLOCK = 8  # elements per block side: 8 lanes are one AVX vector of float32, and PoCL's limit
+
+
+def transpose_masks(width: int) -> list[tuple[int, int, tuple[int, ...], tuple[int, ...]]]:
+    """The rounds of a `width` x `width` transposition of vectors v[0..width): per round, per
+    pair of rows (i, i + d), the masks whose shuffles of (v[i], v[i + d]) become the new v[i]
+    and v[i + d]: the first d lanes of each group of 2d from both, then the next d. After the
+    rounds (d = 1, 2, 4 ...), v[j] holds lane j of every original row."""
+    rounds = []
+    distance = 1
+    while distance < width:
+        groups = range(0, width, 2 * distance)
+        low = [g + k + side for g in groups for side in (0, width) for k in range(distance)]
+        high = [lane + distance for lane in low]
+        for row in range(width):
+            if not row & distance:
+                rounds.append((row, row + distance, tuple(low), tuple(high)))
+        distance *= 2
+    return rounds
+
+
+def with_blocks(
+    generated: GeneratedBody,
+    plan: KernelPlan,
+    flat: FlatContraction | None,
+    tiles: Sequence[int],
+    order: Sequence[int],
+    grid: Grid,
+    writer: KernelWriter,
+) -> GeneratedBody:
+    """`generated` (the element kernel) with 8 x 8 blocks for its whole tiles, where it is a
+    transposition they can move (module docstring); else `generated` itself."""
+    last = len(tiles) - 1
+    crosswise = order[-1] if order else last
+    if flat is None or crosswise == last or not _movable(plan, flat, tiles, crosswise):
+        return generated
+    (access,) = flat.operands
+    source = Lookup(writer.input_param(writer.context.buffer_of[access.tensor]))
+    stored = plan.stores[0]
+    target = Lookup(writer.outputs[writer.context.buffer_of[stored]])
+    dtype = Type.value(flat.dtype, BLOCK)
+    across, along = writer.fresh("block_c"), writer.fresh("block_l")
+    corner = list(grid.bases)
+    corner[crosswise] = affine([(1, grid.bases[crosswise]), (BLOCK, Load(Lookup(across)))])
+    corner[last] = affine([(1, grid.bases[last]), (BLOCK, Load(Lookup(along)))])
+    rows = []
+    body: list[Stmt] = []
+    for i in range(BLOCK):  # operand rows: BLOCK elements along its contiguous dimension
+        at = [(s, corner[d]) for d, s in enumerate(access.strides[: flat.outputs]) if s]
+        offset = affine([*at, (access.strides[last], IntConst(i))], access.offset)
+        declaration, row = writer.declare(dtype, f"row{i}", Load(Lanes(source, offset, BLOCK)))
+        body.append(declaration)
+        rows.append(row)
+    for step, (first, second, low, high) in enumerate(transpose_masks(BLOCK)):
+        pair = (rows[first], rows[second])
+        for index, mask in ((first, low), (second, high)):
+            shuffle = Shuffle(*pair, mask)
+            declaration, rows[index] = writer.declare(
+                dtype, f"t{2 * step + (index != first)}", shuffle
+            )
+            body.append(declaration)
+    strides = row_major(plan.shape)
+    start = flat.output.offset if flat.output.tensor == stored else 0
+    for j in range(BLOCK):  # output rows: BLOCK elements along its last dimension
+        at = [(s, c) for s, c in zip(strides, corner, strict=True)]
+        offset = affine([*at, (strides[crosswise], IntConst(j))], start)
+        body.append(sb.assign(Lanes(target, offset, BLOCK), rows[j]))
+    inner = sb.for_(along, tiles[last] // BLOCK, 1, body)
+    blocks = sb.for_(across, tiles[crosswise] // BLOCK, 1, inner)
+    whole = [  # the tile lies inside the shape (always, where its side divides the shape)
+        Binary(BinOp.LE, affine([(1, grid.bases[d])], tiles[d]), IntConst(plan.shape[d]))
+        for d in (crosswise, last)
+        if plan.shape[d] % tiles[d]
+    ]
+    return _spliced(generated, grid, blocks, conjunction([g for g in [grid.guard()] if g] + whole))
+
+
+def _movable(plan: KernelPlan, flat: FlatContraction, tiles: Sequence[int], crosswise: int) -> bool:
+    """A plain transposition of elements the blocks can move, tiled in whole blocks."""
+    plain = (
+        len(plan.ops) == 1
+        and len(plan.stores) == 1
+        and not flat.reductions
+        and len(flat.operands) == 1
+        and flat.comb is CombOp.NONE
+        and not (flat.constraints or flat.derived or flat.default or flat.empty)
+    )
+    if not plain or flat.dtype not in LANE_TYPES or flat.operands[0].dtype is not flat.dtype:
+        return False
+    access = flat.operands[0]
+    last = len(tiles) - 1
+    if access.panel is not None or access.strides[crosswise] != 1:
+        return False
+    others = [t for d, t in enumerate(tiles) if d not in (crosswise, last)]
+    sides = (tiles[crosswise], tiles[last])
+    return all(t == 1 for t in others) and all(side % BLOCK == 0 for side in sides)
+
+
+def _spliced(
+    generated: GeneratedBody, grid: Grid, blocks: Stmt, condition: Expr | None
+) -> GeneratedBody:
+    """The kernel's body: the grid's setup, then the blocks where `condition` holds, else the
+    element path (which tests the grid's guard itself)."""
+    function = generated.body
+    stmts = function.body.stmts
+    setup = len(grid.setup)
+    rest = Block(stmts[setup:])
+    tail = blocks if condition is None else sb.if_(condition, blocks, rest)
+    body = Block((*stmts[:setup], tail))
+    return replace(generated, body=replace(function, body=body))
