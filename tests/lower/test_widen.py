@@ -304,3 +304,46 @@ def test_tile_loops_on_vectors_match_numpy(columns: int, agg: str, width: int) -
     want = REDUCE[agg](x.astype(np.float64), axis=1)
     got = run_program(MIDDLE.format(agg=agg), {"X": x}, WIDE[width])["O"].astype(np.float64)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+DEPTHWISE = (
+    "function (I[N, H, W, C], K[KH, KW, C]) -> (O) {{ O[n, y, x, c: N, H, W, C] = "
+    "{agg}(I[n, y + i - 1, x + j - 1, c] * K[i, j, c]); }}"
+)
+
+
+def _depthwise(image: np.ndarray, kernel: np.ndarray, agg: str) -> np.ndarray:
+    """Same-padded depthwise 3 x 3, in float64; a max ignores the padding."""
+    n, h, w, c = image.shape
+    fill = 0.0 if agg == "+" else -np.inf
+    padded = np.full((n, h + 2, w + 2, c), fill)
+    padded[:, 1:-1, 1:-1] = image
+    terms = [
+        padded[:, i : i + h, j : j + w]
+        * np.where(np.isinf(padded[:, i : i + h, j : j + w]), 1, kernel[i, j])
+        for i in range(3)
+        for j in range(3)
+    ]
+    return np.sum(terms, axis=0) if agg == "+" else np.max(terms, axis=0)
+
+
+def test_tile_loops_under_a_guard_they_share_run_on_vectors() -> None:
+    """A same-padded depthwise convolution tiles the channels; the padding's guard tests only
+    the pixel, the same for every channel, so the channels go on vectors under it."""
+    inputs = {"I": np.zeros((1, 6, 5, 32), np.float32), "K": np.zeros((3, 3, 32), np.float32)}
+    text = _contraction_body(DEPTHWISE.format(agg="+"), inputs, 8)
+    assert "lanes8(acc, tr3) = lanes8(acc, tr3) + lanes8(in0," in text, text
+    assert "if (-y - i <= -1 && y + i <= 6 && -x - j <= -1 && x + j <= 5)" in text, text
+
+
+@pytest.mark.parametrize("channels", [1, 7, 16, 33, 64])
+@pytest.mark.parametrize("agg", ["+", ">"])
+@pytest.mark.parametrize("width", [8, 16])
+def test_loops_under_a_shared_guard_match_numpy(channels: int, agg: str, width: int) -> None:
+    rng = np.random.default_rng(channels)
+    image = rng.uniform(-2, 2, (2, 5, 7, channels)).astype(np.float32)
+    kernel = rng.uniform(0.5, 1.5, (3, 3, channels)).astype(np.float32)
+    want = _depthwise(image.astype(np.float64), kernel.astype(np.float64), agg)
+    source = DEPTHWISE.format(agg=agg)
+    got = run_program(source, {"I": image, "K": kernel}, WIDE[width])["O"].astype(np.float64)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
