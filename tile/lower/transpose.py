@@ -89,13 +89,11 @@ def with_blocks(
         declaration, row = writer.declare(dtype, f"row{i}", Load(Lanes(source, offset, BLOCK)))
         body.append(declaration)
         rows.append(row)
-    for step, (first, second, low, high) in enumerate(transpose_masks(BLOCK)):
+    for first, second, low, high in transpose_masks(BLOCK):
         pair = (rows[first], rows[second])
         for index, mask in ((first, low), (second, high)):
-            shuffle = Shuffle(*pair, mask)
-            declaration, rows[index] = writer.declare(
-                dtype, f"t{2 * step + (index != first)}", shuffle
-            )
+            shuffled = Shuffle(*pair, mask)
+            declaration, rows[index] = writer.declare(dtype, f"t{len(body)}", shuffled)
             body.append(declaration)
     strides = row_major(plan.shape)
     start = flat.output.offset if flat.output.tensor == stored else 0
