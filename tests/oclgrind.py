@@ -90,8 +90,13 @@ def run_suite(
     reports: dict[str, list[str]] = {}
     pending: list[str] = []
     with subprocess.Popen(
-        command, cwd=REPO, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, bufsize=1,
+        command,
+        cwd=REPO,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        bufsize=1,
     ) as process:
         assert process.stdout is not None
         for line in process.stdout:

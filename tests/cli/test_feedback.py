@@ -154,11 +154,5 @@ def test_the_missing_shape_hint_fits_the_header(
 
 
 def test_assertions_and_what_they_read_are_not_dead() -> None:
-    source = (
-        "function (M[R, C]) -> (O) {\n"
-        "  S = R == C;\n"
-        "  Ok = assert_square(S);\n"
-        "  O = M * 2;\n"
-        "}"
-    )
+    source = "function (M[R, C]) -> (O) {\n  S = R == C;\n  Ok = assert_square(S);\n  O = M * 2;\n}"
     assert tile.Function(source).warnings == ()

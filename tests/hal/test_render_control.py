@@ -416,8 +416,11 @@ def test_a_body_shared_by_launches_on_different_grids_gets_an_entry_per_grid() -
     defined = {f.name for f in module.functions if not f.is_declaration}
     assert {"copy4__grid", "copy4__grid1"} <= defined
     assert "copy4__grid2" not in defined  # c launches a's grid: it shares a's entry point
-    assert grid_symbols(kernels) == {0: ("copy4__grid", 0), 1: ("copy4__grid1", 1),
-                                     2: ("copy4__grid", 0)}
+    assert grid_symbols(kernels) == {
+        0: ("copy4__grid", 0),
+        1: ("copy4__grid1", 1),
+        2: ("copy4__grid", 0),
+    }
 
 
 def test_refusals() -> None:
