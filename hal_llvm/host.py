@@ -93,6 +93,7 @@ class HostCpu:
             "fast_math": False,
             "half_as_float": True,
             "reduction_steps": True,
+            "transpose_tile": 64,
         }
 
 

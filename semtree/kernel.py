@@ -268,9 +268,12 @@ class HardwareSettings:
     # kernels of 8-float vectors ran 1.0-1.5x slower so.)
     reduction_steps: bool = False
     # The square tile, per side, of a kernel that transposes (an operand contiguous along an
-    # output dimension that is not the last): 8 for llvm_cpu, 32 for OpenCL CPU drivers.
-    # Transpose 4096 on an Intel Xeon (Emerald Rapids), ms for sides 8 / 16 / 32: llvm_cpu
-    # 32-37 / 51 / 41-48; PoCL 70 / 50 / 35; Intel's runtime 58-63 / 38-40 / 30-34.
+    # output dimension that is not the last): 64 on CPU devices, whose tiles move in 8 x 8
+    # register blocks (tile.lower.transpose); smaller where the element path's private copy
+    # of the tile would pass half of `max_mem` (tile.lower.tiles). Transpose 4096 in blocks
+    # (AMD EPYC Zen 5, 2 threads), ms for sides 16 / 32 / 64: llvm_cpu 4.7 / 5.5 / 4.6,
+    # Intel's runtime 9.1 / 6.7 / 4.6. By elements on an Intel Xeon (Emerald Rapids), for
+    # sides 8 / 16 / 32: llvm_cpu 32-37 / 51 / 41-48; PoCL 70 / 50 / 35.
     transpose_tile: int = 8
     # The (rows, vectors) of the register-tiled kernel (tile.lower.vector) that a measured
     # search chose for the contraction at hand (tile.runtime.tune); None: the cost model's.
@@ -329,6 +332,7 @@ class HardwareSettings:
             max_work_group_size=1,
             half_as_float=True,
             reduction_steps=True,
+            transpose_tile=64,
         )
 
     @staticmethod
@@ -406,5 +410,5 @@ class HardwareSettings:
             fp64="cl_khr_fp64" in enabled,
             vector_loops=vec > 1,
             half_as_float=True,
-            transpose_tile=32,
+            transpose_tile=64,
         )

@@ -118,22 +118,27 @@ def test_column_reductions_in_strips(n: int) -> None:
 
 def test_transpositions_get_square_tiles() -> None:
     t = LLVM_CPU.transpose_tile
-    assert tiles_of(TRANSPOSE, {"I": np.zeros((40, 24), np.float32)}) == (t, t)
+    assert tiles_of(TRANSPOSE, {"I": np.zeros((400, 240), np.float32)}) == (t, t)
+    assert tiles_of(TRANSPOSE, {"I": np.zeros((40, 24), np.float32)}) == (min(24, t), min(40, t))
     # O[c, a, b]: a and b are neighbours in I too, so this is a transpose of (A * B) x C
     # (tile.lower.collapse.merge_coordinates); a reversal has no such neighbours.
-    assert tiles_of(PERMUTE, {"I": np.zeros((4, 5, 40), np.float32)}) == (t, t)
+    assert tiles_of(PERMUTE, {"I": np.zeros((8, 10, 80), np.float32)}) == (t, t)
     reverse = "function (I[A, B, C]) -> (O) { O[c, b, a: C, B, A] = =(I[a, b, c]); }"
-    assert tiles_of(reverse, {"I": np.zeros((4, 5, 40), np.float32)}) == (t, 1, 4)
+    assert tiles_of(reverse, {"I": np.zeros((4, 5, 80), np.float32)}) == (t, 1, 4)
     copy = "function (I[M, N]) -> (O) { O[m, n: M, N] = =(I[m, n]); }"
-    assert tiles_of(copy, {"I": np.zeros((40, 24), np.float32)}) != (t, t)
+    assert tiles_of(copy, {"I": np.zeros((400, 240), np.float32)}) != (t, t)
 
 
 def test_transpose_tile_is_a_setting() -> None:
-    """OpenCL CPU drivers take 32 x 32 tiles; the side never exceeds the dimension."""
+    """The side is the device's setting, never more than the dimension, and halved until a
+    private copy of the tile (the element path's) takes at most half of `max_mem`."""
     wide = replace(LLVM_CPU, transpose_tile=32)
     cross = {"reduction_points": 1, "accumulator_bytes": 4, "crosswise": 0}
     assert choose_tiles((64, 64), wide, **cross) == (32, 32)
     assert choose_tiles((5, 100), wide, **cross) == (5, 32)
+    widest = replace(LLVM_CPU, transpose_tile=128)
+    assert choose_tiles((256, 256), widest, **cross) == (64, 64)  # 16 KB of 32 KB
+    assert choose_tiles((256, 256), widest, **{**cross, "accumulator_bytes": 8}) == (32, 32)
     with pytest.raises(ValueError, match="transpose_tile"):
         replace(LLVM_CPU, transpose_tile=0)
 
@@ -173,8 +178,9 @@ def _tile_loops(source: str, inputs: dict[str, np.ndarray], tag: str) -> list[st
 
 def test_a_transposition_reads_its_tile_along_the_input() -> None:
     """The tile fills along the input's contiguous dimension (vectors from whole lines) and
-    is written in output order; other kernels read in output order."""
-    x = np.zeros((100, 70), np.float32)
+    is written in output order; other kernels read in output order. (int64: elements the
+    register blocks of `tile.lower.transpose` do not move, so the tile is staged.)"""
+    x = np.zeros((100, 70), np.int64)
     assert _tile_loops(TRANSPOSE, {"I": x}, "r") == ["tr1", "tr0"]
     assert _tile_loops(TRANSPOSE, {"I": x}, "w") == ["tw0", "tw1"]
     copy = "function (I[M, N]) -> (O) { O[m, n: M, N] = =(I[m, n]); }"
@@ -185,15 +191,15 @@ def test_a_transposition_reads_its_tile_along_the_input() -> None:
 
 def test_only_register_sized_tiles_unroll_in_opencl() -> None:
     """`#pragma unroll` keeps a register tile in registers; a transposition's staging tile
-    (32 x 32 floats) cannot be, and unrolled it left PoCL's vectoriser gathers. That tile is
+    (32 x 32 int64) cannot be, and unrolled it left PoCL's vectoriser gathers. That tile is
     the row of a two-dimensional array, used through a pointer (Intel's compiler gathered
     from the plain form)."""
-    x = np.zeros((100, 70), np.float32)
+    x = np.zeros((100, 70), np.int64)
     transposition = generate_program(tile.Function(TRANSPOSE).bind({"I": x}), OPENCL_CPU)
     text = render_program(transposition, OPTIONS).text
     assert "#pragma unroll" not in text
-    (name,) = re.findall(r"float (\w+)_row\[1\]\[1024\];", text)
-    assert f"float* {name} = {name}_row[0];" in text
+    (name,) = re.findall(r"long (\w+)_row\[1\]\[1024\];", text)
+    assert f"long* {name} = {name}_row[0];" in text
     a, b = np.zeros((64, 48), np.float32), np.zeros((48, 64), np.float32)
     matmul = generate_program(tile.Function(MATMUL).bind({"A": a, "B": b}), OPENCL_CPU)
     assert "#pragma unroll" in render_program(matmul, OPTIONS).text

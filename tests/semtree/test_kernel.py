@@ -231,6 +231,7 @@ def test_llvm_cpu_preset() -> None:
         fast_math=False,
         half_as_float=True,
         reduction_steps=True,
+        transpose_tile=64,
     )
     avx2 = HardwareSettings.llvm_cpu(4, {"avx2"})
     assert (avx2.vec_size, avx2.max_regs, avx2.goal_groups) == (8, 768, 16)
@@ -278,7 +279,7 @@ def test_opencl_cpu_preset() -> None:
     assert settings.threads == 1 and settings.vec_size == 16 and settings.use_global
     assert (settings.max_mem, settings.max_regs, settings.goal_flops_per_byte) == (32768, 1536, 16)
     assert settings.fp64 and not settings.native_fp16 and settings.half_as_float
-    assert settings.transpose_tile == 32
+    assert settings.transpose_tile == 64
     assert preset(32).vec_size == 16 and preset(8).vec_size == 8
     assert preset(4).vec_size == 4 and preset(3).vec_size == 2
     # A CPU driver with half arithmetic (Intel's) still computes float16 in float32.

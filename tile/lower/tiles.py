@@ -90,8 +90,11 @@ def choose_tiles(
         return tuple(tiles)
     if reduction_points <= 1:
         if crosswise is not None and crosswise != len(shape) - 1 and settings.vec_size > 1:
-            tiles[crosswise] = min(shape[crosswise], settings.transpose_tile)
-            tiles[-1] = min(shape[-1], settings.transpose_tile)
+            side = settings.transpose_tile
+            while side > 1 and side * side * accumulator_bytes > settings.max_mem // 2:
+                side //= 2  # the element path stages a tile in private memory
+            tiles[crosswise] = min(shape[crosswise], side)
+            tiles[-1] = min(shape[-1], side)
         elif settings.vec_size > 1:
             strip = 4 * settings.vec_size
             tiles[-1] = min(shape[-1], strip)
