@@ -124,7 +124,8 @@ def test_transpositions_get_square_tiles() -> None:
     # (tile.lower.collapse.merge_coordinates); a reversal has no such neighbours.
     assert tiles_of(PERMUTE, {"I": np.zeros((8, 10, 80), np.float32)}) == (t, t)
     reverse = "function (I[A, B, C]) -> (O) { O[c, b, a: C, B, A] = =(I[a, b, c]); }"
-    assert tiles_of(reverse, {"I": np.zeros((4, 5, 80), np.float32)}) == (t, 1, 4)
+    assert tiles_of(reverse, {"I": np.zeros((4, 5, 80), np.float32)}) == (t, 1, 8)  # 4 of 8
+    assert tiles_of(reverse, {"I": np.zeros((3, 5, 80), np.float32)}) == (t, 1, 3)
     copy = "function (I[M, N]) -> (O) { O[m, n: M, N] = =(I[m, n]); }"
     assert tiles_of(copy, {"I": np.zeros((400, 240), np.float32)}) != (t, t)
 
@@ -135,7 +136,8 @@ def test_transpose_tile_is_a_setting() -> None:
     wide = replace(LLVM_CPU, transpose_tile=32)
     cross = {"reduction_points": 1, "accumulator_bytes": 4, "crosswise": 0}
     assert choose_tiles((64, 64), wide, **cross) == (32, 32)
-    assert choose_tiles((5, 100), wide, **cross) == (5, 32)
+    assert choose_tiles((5, 100), wide, **cross) == (8, 32)  # whole blocks of 8, 5 live
+    assert choose_tiles((3, 100), wide, **cross) == (3, 32)  # 3 of 8 live: the element path
     widest = replace(LLVM_CPU, transpose_tile=128)
     assert choose_tiles((256, 256), widest, **cross) == (64, 64)  # 16 KB of 32 KB
     assert choose_tiles((256, 256), widest, **{**cross, "accumulator_bytes": 8}) == (32, 32)

@@ -33,6 +33,8 @@ CASES = [
     (TRANSPOSE, (8, 8), (1, 0)),
     (TRANSPOSE, (1, 40), (1, 0)),
     (TRANSPOSE, (7, 9), (1, 0)),
+    (TRANSPOSE, (3, 20), (1, 0)),
+    (TRANSPOSE, (12, 5), (1, 0)),
     (TRANSPOSE, (16, 40), (1, 0)),
     (TRANSPOSE, (33, 65), (1, 0)),
     (TRANSPOSE, (64, 96), (1, 0)),
@@ -41,6 +43,8 @@ CASES = [
     (BATCHED, (2, 64, 24), (0, 2, 1)),
     (NHWC, (2, 24, 5, 16), (0, 2, 3, 1)),
     (NHWC, (1, 40, 7, 9), (0, 2, 3, 1)),
+    (NHWC, (2, 3, 9, 7), (0, 2, 3, 1)),
+    (NHWC, (1, 5, 4, 12), (0, 2, 3, 1)),
 ]
 DTYPES = [np.float32, np.int32, np.float16, np.int8, np.uint16]
 
@@ -79,7 +83,8 @@ def test_blocks_only_where_they_may_be(settings: str) -> None:
     assert _shuffles(TRANSPOSE, (64, 96), np.float32, chosen) >= 24  # 8 x 8 transpositions
     assert _shuffles(NHWC, (2, 24, 5, 16), np.float16, chosen) >= 24
     assert _shuffles(TRANSPOSE, (64, 96), np.float64, chosen) == 0  # not a Lanes type
-    assert _shuffles(TRANSPOSE, (5, 96), np.float32, chosen) == 0  # a tile side of 5
+    assert _shuffles(TRANSPOSE, (5, 96), np.float32, chosen) >= 24  # 5 of 8 lanes: counted
+    assert _shuffles(TRANSPOSE, (3, 96), np.float32, chosen) == 0  # 3 of 8: the element path
     assert _shuffles(TRANSPOSE, (64, 1), np.float32, chosen) == 0  # not a transposition
     with_epilogue = "function (I[M, N]) -> (P) { O[n, m: N, M] = =(I[m, n]); P = O + 1; }"
     assert _shuffles(with_epilogue, (64, 96), np.float32, chosen) == 0

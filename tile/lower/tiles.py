@@ -22,8 +22,9 @@ Current policy, deliberately simple (correctness first):
   per-group overhead (one element on a device without SIMD, `vec_size` 1); when an operand
   is contiguous along another output dimension (a transposition), a square tile over that
   dimension and the last instead, so that neither side strides through memory
-  (`settings.transpose_tile` per side), read along the operand's contiguous dimension
-  (`read_order`); an elementwise kernel's strip then grows over the rows above it, up to
+  (`settings.transpose_tile` per side, rounded up to whole blocks of 8 where at least half
+  of a block's lanes are live: `tile.lower.transpose`), read along the operand's contiguous
+  dimension (`read_order`); an elementwise kernel's strip then grows over the rows above it, up to
   `GROUP_ELEMENTS` elements per group (`_widen_group`), and under `settings.vector_loops` it
   is a whole number of vectors where a row has more than one (a row of 50 takes a strip of
   64: 3 vectors and a partial one), so that `tile.lower.widen` writes it on vectors.
@@ -93,8 +94,9 @@ def choose_tiles(
             side = settings.transpose_tile
             while side > 1 and side * side * accumulator_bytes > settings.max_mem // 2:
                 side //= 2  # the element path stages a tile in private memory
-            tiles[crosswise] = min(shape[crosswise], side)
-            tiles[-1] = min(shape[-1], side)
+            for axis in (crosswise, -1):  # whole blocks of 8 where half their lanes are live
+                size = shape[axis]
+                tiles[axis] = min(size if 0 < size % 8 < 4 else -(-size // 8) * 8, side)
         elif settings.vec_size > 1:
             strip = 4 * settings.vec_size
             tiles[-1] = min(shape[-1], strip)

@@ -92,7 +92,9 @@ def with_blocks(
         if plan.shape[d] % tiles[d]
     ]
     blocks = parts.blocks(masked=False)
-    if whole:  # edge tiles: the same blocks, their loads and stores counted at the shape's edges
+    if any(tiles[d] > plan.shape[d] for d in (crosswise, last)):  # no tile is whole
+        blocks = parts.blocks(masked=True)
+    elif whole:  # edge tiles: the same blocks, their loads and stores counted at the shape's edges
         blocks = sb.if_(conjunction(whole), blocks, parts.blocks(masked=True))
     guard = grid.guard()
     body = Block((*grid.setup, blocks if guard is None else sb.if_(guard, blocks)))
