@@ -122,14 +122,14 @@ def generate_group(
     `over_rows`, a contraction's reduction runs over rows counted at run time (above)."""
     kernel = _GroupKernel(plan, flat, context, settings, tuple(tiles), over_rows)
     generated = kernel.build(name)
-    if flat is None and settings.vector_loops:
-        widened = widen(generated.body, settings.vec_size)
-        if widened is not None:
-            return replace(generated, body=widened)
-    elif settings.vector_loops:  # reductions in lanes on vectors
-        generated = replace(generated, body=widen_lanes(generated.body, settings.vec_size))
     order, grid, writer = kernel.read_order, kernel.grid, kernel.writer
-    return with_blocks(generated, plan, flat, kernel.tiles, order, grid, writer)  # transpositions
+    blocks = with_blocks(generated, plan, flat, kernel.tiles, order, grid, writer)
+    if blocks is not generated or not settings.vector_loops:  # blocks: nothing to widen
+        return blocks
+    if flat is not None:  # reductions in lanes on vectors
+        return replace(generated, body=widen_lanes(generated.body, settings.vec_size))
+    widened = widen(generated.body, settings.vec_size)
+    return generated if widened is None else replace(generated, body=widened)
 
 
 class _GroupKernel:
