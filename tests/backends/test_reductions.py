@@ -150,3 +150,30 @@ def test_lane_reductions_with_a_partial_last_step(
         x = distinct(rng, 5, columns)
         outcome = check(Case("reduce", source, {"X": x}), devices[device_id])
         assert outcome.kind == "ok", (columns, outcome)
+
+
+@pytest.mark.parametrize("device_id", SHIPPED)
+@pytest.mark.parametrize("columns", [1, 3, 7, 19, 33])
+def test_many_short_rows(device_id: str, columns: int, devices: dict[str, tile.Device]) -> None:
+    """Sums and maxima over a short last axis with thousands of rows: each work-group is small,
+    which is where LLVM vectorised the grid loop across work-groups (below)."""
+    x = np.random.default_rng(columns).standard_normal((3, 1031, columns)).astype(np.float32)
+    for agg, reduce in (("+", np.sum), (">", np.max)):
+        source = f"function (X[A, B, C]) -> (O) {{ O[a, b: A, B] = {agg}(X[a, b, c]); }}"
+        got = run(source, devices[device_id], X=x)["O"]
+        np.testing.assert_allclose(got, reduce(x.astype(np.float64), axis=2), rtol=0, atol=1e-5)
+
+
+def test_llvm_grid_loops_take_no_gathers(tmp_path, monkeypatch) -> None:
+    """A sum over 19 columns of many rows: LLVM's loop vectoriser read each row with 19 gathers
+    across 8 work-groups instead of the kernel's own vector loads, 3x slower (AMD Zen 5);
+    `hal_llvm.host.HostCpu.target_features` turns gathers off on x86 hosts with AVX2."""
+    device = tile.device("llvm_cpu.0")
+    monkeypatch.setenv("TILE_DUMP_DIR", str(tmp_path))
+    monkeypatch.setenv("TILE_CACHE", "0")
+    x = np.random.default_rng(19).standard_normal((4099, 19)).astype(np.float32)
+    source = "function (X[R, C]) -> (O) { O[r: R] = +(X[r, c]);  }"  # unlike any cached source
+    got = run(source, device, X=x)["O"]
+    np.testing.assert_allclose(got, x.astype(np.float64).sum(axis=1), rtol=0, atol=1e-5)
+    assembly = "".join(path.read_text() for path in tmp_path.glob("*.s"))
+    assert "__grid" in assembly and "vgather" not in assembly

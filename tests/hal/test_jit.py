@@ -203,8 +203,11 @@ def test_host_probe_and_settings_preset() -> None:
     wide = HostCpu("x86_64", "test", frozenset({"avx512f", "avx2"}), "+avx512f", 2)
     narrow = HostCpu("x86_64", "test", frozenset({"avx2"}), "+avx2", 2)
     assert (wide.vec_size, narrow.vec_size) == (16, 8)
-    assert wide.target_features(16).endswith(",-prefer-256-bit")
-    assert wide.target_features(8) == "+avx512f" and narrow.target_features(16) == "+avx2"
+    assert wide.target_features(16) == "+avx512f,+prefer-no-gather,-prefer-256-bit"
+    assert wide.target_features(8) == "+avx512f,+prefer-no-gather"
+    assert narrow.target_features(16) == "+avx2,+prefer-no-gather"
+    plain = HostCpu("x86_64", "test", frozenset({"sse4.2"}), "+sse4.2", 2)
+    assert plain.target_features(4) == "+sse4.2"
     assert wide.settings_fields()["max_regs"] == 1536
     assert narrow.settings_fields()["max_regs"] == 768
 
