@@ -73,6 +73,11 @@ def packed(kernel_list: list) -> bool:
     return any(name.endswith("_pack") for name in names) and len(vector) == 1
 
 
+def copied(kernel_list: list) -> bool:
+    """B copied first, packed or in panels."""
+    return any(kernel.name.endswith(("_pack", "_panels")) for kernel in kernel_list)
+
+
 @pytest.mark.parametrize("source", list(SHAPES), ids=["nt", "tt", "batched", "linear", "gram"])
 @pytest.mark.parametrize("settings_", [LLVM_CPU, tiled(4)], ids=["llvm_cpu", "vec4"])
 def test_transposed_operands_are_packed(source: str, settings_: object) -> None:
@@ -90,6 +95,25 @@ def test_transposed_operands_are_packed(source: str, settings_: object) -> None:
 def test_few_rows_and_a_long_reduction_keep_the_dot_products(m: int, k: int, n: int) -> None:
     x = inputs(NT, m, k, n)
     assert not packed(kernels(NT, x))
+
+
+@pytest.mark.parametrize(("m", "k", "n"), [(16, 1149, 81), (5, 1000, 1000), (3, 600, 40)])
+def test_strided_dot_products_are_packed_with_few_rows(m: int, k: int, n: int) -> None:
+    """In `A.T @ B.T` the generic kernel's dot products are strided in A: packing pays from 3
+    rows on, where `A @ B.T` keeps its dot products (above)."""
+    x = inputs(TT, m, k, n)
+    assert copied(kernels(TT, x))
+    assert not copied(kernels(NT, inputs(NT, m, k, n)))
+    if m * k * n < 100_000:  # the reference interpreter's pace
+        np.testing.assert_array_equal(run_program(TT, x)["C"], expected(TT, x))
+
+
+@pytest.mark.parametrize(("m", "k", "n"), [(2, 1500, 1500), (1, 700, 300), (12, 40, 150)])
+def test_strided_dot_products_keep_them_with_two_rows_or_a_small_operand(
+    m: int, k: int, n: int
+) -> None:
+    """Two rows share too little of a packed B; a B under 8192 elements is not worth a launch."""
+    assert not copied(kernels(TT, inputs(TT, m, k, n)))
 
 
 def test_what_the_vector_kernel_takes_as_it_is_is_not_packed() -> None:
@@ -137,6 +161,6 @@ def devices() -> dict:
 @pytest.mark.parametrize("device_id", SHIPPED)
 @pytest.mark.parametrize("source", list(SHAPES), ids=["nt", "tt", "batched", "linear", "gram"])
 def test_packed_contractions_on_the_devices(device_id: str, source: str, devices: dict) -> None:
-    for m, k, n in [(16, 1, 1), (129, 17, 33), (200, 64, 7), (17, 31, 65)]:
+    for m, k, n in [(16, 1, 1), (129, 17, 33), (200, 64, 7), (17, 31, 65), (3, 601, 47)]:
         outcome = check(Case("pack", source, inputs(source, m, k, n, seed=m)), devices[device_id])
         assert outcome.kind == "ok", (m, k, n, outcome)
