@@ -12,10 +12,9 @@ the kernel computes what `tests/reference.py` computes:
   lane width (32 for INDEX, which is `i64` here);
 - conversions (including the memory forms below) are `render_convert.py`'s;
 - `Select` is a `select`; `Cond` evaluates only the chosen branch, unless neither branch
-  reads memory through a subscript, where evaluating both cannot fault and a `select` is
-  faster;
-- buffer elements are read and written in their memory form (booleans as bytes, float16
-  as `half` extended to float32 when the device has no native fp16).
+  reads memory through a subscript (then both, and a `select`: it cannot fault, and is faster);
+- buffer elements are read and written in their memory form (booleans as bytes, float16 as
+  `half` extended to float32 when the device has no native fp16).
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from llvmlite import ir
 
 from hal_llvm.render_arith import float_operation, integer_operation
 from hal_llvm.render_convert import Converter
-from hal_llvm.render_lanes import lane_mask, masked_load, masked_store, shuffle
+from hal_llvm.render_lanes import lane_mask, lanes_index, masked_load, masked_store, shuffle
 from hal_llvm.render_math import Declarations, emit_builtin
 from hal_llvm.render_types import (
     I1,
@@ -166,13 +165,12 @@ class ExpressionEmitter(Converter):
         self, children: Sequence[Expr], typed: Sequence[Typed], common: Type
     ) -> list[ir.Value]:
         """Operands converted to their common type (a literal directly, being weak)."""
-        values = []
-        for child, item in zip(children, typed, strict=True):
-            if is_literal(child):
-                values.append(self.literal(child, common))  # type: ignore[arg-type]
-            else:
-                values.append(self.convert(item.value, item.type, common))
-        return values
+        return [
+            self.literal(child, common)  # type: ignore[arg-type]
+            if is_literal(child)
+            else self.convert(item.value, item.type, common)
+            for child, item in zip(children, typed, strict=True)
+        ]
 
     def prepared(self, expr: Expr, target: Type) -> ir.Value:
         """`expr` as a value of `target` for a store or an initialiser (rule 4: a literal
@@ -232,14 +230,17 @@ class ExpressionEmitter(Converter):
                 alignment = self._alignment(base, element)
                 return Address(pointer, element, in_memory=True, alignment=alignment)
             case Lanes(base, offset, _, count):
-                # Past-the-end lanes are masked, never accessed: no `inbounds` with a count.
-                element = self.lvalue_type(ref)
+                # Past-the-end lanes are masked, never accessed: no `inbounds` with a count,
+                # and an access of no lanes goes to element 0 (`render_lanes.lanes_index`).
+                element, index = self.lvalue_type(ref), self.index(offset)
+                if count is not None:
+                    index = lanes_index(self.builder, index, self.index(count))
                 if self.lvalue_type(base).is_array:  # lanes of a private array
                     zero = ir.Constant(I64, 0)
                     outer = self.address(base).pointer
-                    indices = [zero, self.index(offset)]
+                    indices = [zero, index]
                 else:
-                    outer, indices = self.load(base).value, [self.index(offset)]
+                    outer, indices = self.load(base).value, [index]
                 pointer = self.builder.gep(outer, indices, inbounds=count is None)
                 pointer = self.builder.bitcast(pointer, memory_type(element).as_pointer())
                 assert element.dtype is not None

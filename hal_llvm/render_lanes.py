@@ -29,6 +29,16 @@ def lane_mask(builder: ir.IRBuilder, count: ir.Value, width: int) -> ir.Value:
     return builder.icmp_signed("<", ir.Constant(lanes, list(range(width))), splat)
 
 
+def lanes_index(builder: ir.IRBuilder, index: ir.Value, count: ir.Value) -> ir.Value:
+    """The element index of a counted access: `index`, or 0 where `count` <= 0. An access of
+    no lanes (the rows of an edge tile past the shape) may lie far past its buffer, and a
+    masked-off lane on a page never written costs a fault suppressed in microcode: an edge
+    tile's 160 empty 8-lane stores a launch took 0.45 ms (AMD Zen 5, B.T packed for 16 x 300
+    x 2000 where the buffer ended the heap). Element 0 of a buffer is always mapped."""
+    live = builder.icmp_signed(">", count, ir.Constant(I64, 0))
+    return builder.select(live, index, ir.Constant(I64, 0))
+
+
 def masked_load(
     builder: ir.IRBuilder,
     declarations: Declarations,
