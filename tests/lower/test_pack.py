@@ -90,7 +90,7 @@ def test_transposed_operands_are_packed(source: str, settings_: object) -> None:
 
 @pytest.mark.parametrize(
     ("m", "k", "n"),
-    [(8, 512, 512), (16, 1024, 100), (127, 600, 64), (4, 16, 300)],
+    [(8, 512, 512), (16, 1024, 100), (23, 600, 64), (4, 16, 300)],
 )
 def test_few_rows_and_a_long_reduction_keep_the_dot_products(m: int, k: int, n: int) -> None:
     x = inputs(NT, m, k, n)
@@ -114,6 +114,11 @@ def test_strided_dot_products_keep_them_with_two_rows_or_a_small_operand(
 ) -> None:
     """Two rows share too little of a packed B; a B under 8192 elements is not worth a launch."""
     assert not copied(kernels(TT, inputs(TT, m, k, n)))
+
+
+@pytest.mark.parametrize(("m", "k", "n"), [(24, 1024, 100), (68, 682, 83)])
+def test_from_24_rows_a_long_reduction_is_packed(m: int, k: int, n: int) -> None:
+    assert copied(kernels(NT, inputs(NT, m, k, n)))
 
 
 def test_what_the_vector_kernel_takes_as_it_is_is_not_packed() -> None:

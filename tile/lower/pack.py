@@ -55,13 +55,15 @@ if TYPE_CHECKING:
 
     from semtree.kernel import HardwareSettings
 
-# When packing pays (measured on AMD Zen 4, llvm_cpu, A @ B.T): the generic kernel runs one
-# dot product per element, contiguous in A and B, which is fast when the reduction is long;
-# the packed kernel shares each packed vector between the rows of A. Packing wins with many
-# rows, or with a short reduction and some rows: (444, 104, 1288) 4.7x faster, (512, 512,
-# 512) 1.3x, (32, 64, 2000) 1.6x; it loses with few rows and a long reduction: (16, 1024,
-# 1000) 1.4x slower, (64, 1024, 1000) 1.5x.
-MANY_ROWS = 128
+# When packing pays (llvm_cpu, A @ B.T): the generic kernel runs one dot product per element,
+# contiguous in A and B, which is fast when the reduction is long; the packed kernel shares
+# each packed vector between the rows of A. Packing wins with many rows, or with a short
+# reduction and some rows: (444, 104, 1288) 4.7x faster, (512, 512, 512) 1.3x, (32, 64,
+# 2000) 1.6x (AMD Zen 4). With a long reduction it wins from 24 rows on since the transposition
+# moves in blocks (`tile.lower.transpose`): (24, 1024, 1000) 0.56 -> 0.37 ms, (32, 1500,
+# 1500) 1.8 -> 1.0, (68, 682, 839) 1.0 -> 0.54; with 16 rows it wins or loses by 30%, (16,
+# 1024, 1000) 0.36 -> 0.52 and (16, 4096, 256) 0.39 -> 0.28 (AMD Zen 5).
+MANY_ROWS = 24
 SOME_ROWS = 16
 SHORT_REDUCTION = 512
 # Where the generic kernel's dot products are strided (`_contiguous_dot`): packing pays from
