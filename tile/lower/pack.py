@@ -96,7 +96,7 @@ def pack_operand(
         return None
     shape = vector_shape(flat, settings.vec_size)
     if shape is not None:  # the vector kernel takes B as it is, or in panels
-        if not _inside(flat, shape.b):
+        if not _inside(flat, shape.b) or flat.ranges[shape.i] < SHARED_ROWS:
             return None
         return _panels(plan, flat, context, settings, buffer, shape.b, shape.j)
     output = flat.output
