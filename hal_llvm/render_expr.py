@@ -204,7 +204,7 @@ class ExpressionEmitter(Converter):
         typed = self.expression(offset)
         return self.convert(typed.value, typed.type, INDEX)
 
-    def address(self, ref: LValue) -> Address:
+    def address(self, ref: LValue, count: ir.Value | None = None) -> Address:
         match ref:
             case Lookup(name):
                 variable = self.variable(name)
@@ -229,19 +229,18 @@ class ExpressionEmitter(Converter):
                     pointer = self.builder.bitcast(pointer, memory_type(element).as_pointer())
                 alignment = self._alignment(base, element)
                 return Address(pointer, element, in_memory=True, alignment=alignment)
-            case Lanes(base, offset, _, count):
+            case Lanes(base, offset, _, counted):
                 # Past-the-end lanes are masked, never accessed: no `inbounds` with a count,
                 # and an access of no lanes goes to element 0 (`render_lanes.lanes_index`).
                 element, index = self.lvalue_type(ref), self.index(offset)
-                if count is not None:
-                    index = lanes_index(self.builder, index, self.index(count))
+                if counted is not None:  # `count`: its value, which `_masked` emits once
+                    assert count is not None
+                    index = lanes_index(self.builder, index, count)
                 if self.lvalue_type(base).is_array:  # lanes of a private array
-                    zero = ir.Constant(I64, 0)
-                    outer = self.address(base).pointer
-                    indices = [zero, index]
+                    outer, indices = self.address(base).pointer, [ir.Constant(I64, 0), index]
                 else:
                     outer, indices = self.load(base).value, [index]
-                pointer = self.builder.gep(outer, indices, inbounds=count is None)
+                pointer = self.builder.gep(outer, indices, inbounds=counted is None)
                 pointer = self.builder.bitcast(pointer, memory_type(element).as_pointer())
                 assert element.dtype is not None
                 return Address(pointer, element, in_memory=True, alignment=element.dtype.itemsize)
@@ -251,8 +250,8 @@ class ExpressionEmitter(Converter):
     def _masked(self, ref: Lanes, value: ir.Value | None = None) -> ir.Value:
         """A masked load of `ref` (value None) or a masked store of `value` to it."""
         assert ref.count is not None
-        address = self.address(ref)
-        mask = lane_mask(self.builder, self.index(ref.count), ref.width)
+        count = self.index(ref.count)
+        address, mask = self.address(ref, count), lane_mask(self.builder, count, ref.width)
         access = (self.builder, self.declarations, address.pointer, address.alignment or 1, mask)
         if value is None:
             return masked_load(*access, memory_type(address.type))

@@ -91,11 +91,12 @@ def with_blocks(
         for d in (crosswise, last)
         if plan.shape[d] % tiles[d]
     ]
-    blocks = parts.blocks(masked=False)
     if any(tiles[d] > plan.shape[d] for d in (crosswise, last)):  # no tile is whole
         blocks = parts.blocks(masked=True)
     elif whole:  # edge tiles: the same blocks, their loads and stores counted at the shape's edges
-        blocks = sb.if_(conjunction(whole), blocks, parts.blocks(masked=True))
+        blocks = sb.if_(conjunction(whole), parts.blocks(masked=False), parts.blocks(masked=True))
+    else:
+        blocks = parts.blocks(masked=False)
     guard = grid.guard()
     body = Block((*grid.setup, blocks if guard is None else sb.if_(guard, blocks)))
     return replace(generated, body=replace(generated.body, body=body))
