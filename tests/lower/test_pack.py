@@ -130,18 +130,26 @@ def test_what_the_vector_kernel_takes_as_it_is_is_not_packed() -> None:
     )
 
 
-def test_guarded_contractions_are_not_packed() -> None:
-    """A guard that stays in the loops (one that flattening cannot fold into a range) may be
-    what keeps B's reads inside B: no pack kernel, which would read every value of B's
-    variables, is made for it."""
+def test_guarded_contractions_are_packed_where_every_read_stays_inside() -> None:
+    """A guard that stays in the loops (one that flattening cannot fold into a range) leaves
+    the pack kernel alone where B's reads stay inside B for every value of its variables (the
+    kernel copies them all); where the guard is what keeps them inside, nothing is packed."""
     source = """function (A[M, K], B[N, K]) -> (C) {
         C[m, n: M, N] = +(A[m, k] * B[n, k]), m - k < M;
     }"""
     x = inputs(NT, 200, 30, 40)
-    assert not any(kernel.name.endswith("_pack") for kernel in kernels(source, x))
+    assert packed(kernels(source, x))
     a, b = x["A"].astype(np.float64), x["B"].astype(np.float64)
     want = np.tril(a) @ b.T  # k <= m
     np.testing.assert_array_equal(run_program(source, x)["C"], want)
+    shifted = """function (A[M, K], B[N, K]) -> (C) {
+        C[m, n: M, N] = +(A[m, k] * B[n, k + m]), k + m < K;
+    }"""
+    x = inputs(NT, 30, 30, 40)
+    assert not any(kernel.name.endswith("_pack") for kernel in kernels(shifted, x))
+    a, b = x["A"].astype(np.float64), x["B"].astype(np.float64)
+    want = np.array([[a[m, : 30 - m] @ b[n, m:] for n in range(40)] for m in range(30)])
+    np.testing.assert_array_equal(run_program(shifted, x)["C"], want)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

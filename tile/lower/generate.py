@@ -38,6 +38,7 @@ from tile.lower.fuse import PlanKind, plan_program
 from tile.lower.gpu.generate import generate_gpu_group, uses_gpu_kernels
 from tile.lower.kernel import ProgramContext, RowLoop, check_size, product
 from tile.lower.pack import float_copy, float_output, pack_operand
+from tile.lower.relayout import relayout_output
 from tile.lower.rows import RowRun, generate_run, row_runs
 from tile.lower.special import generate_prng, generate_scatter
 from tile.lower.split import split_reduction
@@ -127,9 +128,13 @@ def generate_program(
                     chosen = tuning.settings_for(flat, name, settings)
                 before = None  # a kernel filling a temporary that this one reads
                 if settings.threads == 1:
-                    before = split_reduction(
-                        kernel_plan, flat, context, chosen, f"_P{index}"
-                    ) or pack_operand(kernel_plan, flat, context, chosen, f"_B{index}")
+                    before = split_reduction(kernel_plan, flat, context, chosen, f"_P{index}")
+                    if before is None:  # the output in another layout (then B packed for it)
+                        after = relayout_output(kernel_plan, flat, context, chosen, f"_T{index}")
+                        if after is not None:
+                            context, kernel_plan, flat = _through(after, shapes, temporaries)
+                    if before is None:
+                        before = pack_operand(kernel_plan, flat, context, chosen, f"_B{index}")
                     before = before or float_copy(kernel_plan, flat, context, chosen, f"_F{index}")
                 made = 0  # float32 copies of operands (tile.lower.pack.float_copy)
                 while before is not None:  # the first kernel now; the second below, as usual

@@ -14,9 +14,13 @@ generator two flat contractions:
 `P` is a temporary buffer whose axes are B's variables in their order with `j` last; the
 pack kernel is a pure permutation (the transposition tile of `tile.lower.tiles`), and its
 cost, one pass over B, is small against the contraction's when A has rows enough to share
-each packed vector (`MANY_ROWS`, below). Only a guard-free, default-free `+(A * B)` contraction of
-float32 whose B access stays inside B for every value of its variables is packed, and only
-where the vector kernel would take the packed form.
+each packed vector (`MANY_ROWS`, below; the rows are every output coordinate that A uses and
+B does not: a convolution's images, rows and columns). Only a default-free `+(A * B)`
+contraction of float32 whose B access stays inside B for every value of its variables (the
+pack kernel copies them all, whatever the guards say: those stay in the contraction) is
+packed, and only where the vector kernel would take the packed form. A convolution in NCHW
+layout gets here relaid (`tile.lower.relayout`) and packs its filter with the output channels
+last.
 
 Float32 copies (issue 12 item 3): on a device without half arithmetic
 (`settings.half_as_float`: llvm_cpu, and OpenCL without cl_khr_fp16, where PoCL converts
@@ -84,7 +88,7 @@ def pack_operand(
     op = plan.contraction
     if flat is None or op is None or settings.vec_size == 1:
         return None
-    if flat.empty or flat.derived or flat.default is not None or flat.constraints:
+    if flat.empty or flat.derived or flat.default is not None:
         return None
     if flat.agg is not AggOp.SUM or flat.comb is not CombOp.MUL or len(flat.operands) != 2:
         return None
@@ -96,7 +100,7 @@ def pack_operand(
         return None
     shape = vector_shape(flat, settings.vec_size)
     if shape is not None:  # the vector kernel takes B as it is, or in panels
-        if not _inside(flat, shape.b) or flat.ranges[shape.i] < SHARED_ROWS:
+        if flat.constraints or not _inside(flat, shape.b) or flat.ranges[shape.i] < SHARED_ROWS:
             return None
         return _panels(plan, flat, context, settings, buffer, shape.b, shape.j)
     output = flat.output
@@ -115,7 +119,7 @@ def pack_operand(
         if j is None or not rows or not _inside(flat, b):
             continue
         reduction = product(flat.ranges[k] for k in flat.reductions if b.strides[k])
-        count = flat.ranges[rows[-1]]
+        count = product(flat.ranges[k] for k in rows)  # the rows that share each vector
         few = count < MANY_ROWS and (count < SOME_ROWS or reduction >= SHORT_REDUCTION)
         if few and (_contiguous_dot(flat, a, b) or count < SHARED_ROWS or _small(flat, b)):
             continue
