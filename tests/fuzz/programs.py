@@ -281,16 +281,21 @@ def conv_family(d: Draw) -> tuple[str, dict[str, np.ndarray]]:
     out_index = ", ".join(["n", *xs, "co"])
     out_sizes = ", ".join(str(s) for s in [n, *outs, co])
     access = f"I[n, {', '.join(terms)}, ci] * F[{', '.join(ks)}, ci, co]"
-    inputs = {
-        "I": d.values([n, *extents, ci], dtype),
-        "F": d.values([*kernel, ci, co], dtype),
-    }
+    image, kernel_shape, bias = [n, *extents, ci], [*kernel, ci, co], [co]
+    if d.chance(0.4):  # channels first: PyTorch's NCHW x OIHW (tile.lower.relayout)
+        i_dims = ", ".join(["N", "CI", *(f"X{a}" for a in range(spatial))])
+        f_dims = ", ".join(["CO", "FI", *(f"K{a}" for a in range(spatial))])
+        out_index = ", ".join(["n", "co", *xs])
+        out_sizes = ", ".join(str(s) for s in [n, co, *outs])
+        access = f"I[n, ci, {', '.join(terms)}] * F[co, ci, {', '.join(ks)}]"
+        image, kernel_shape, bias = [n, ci, *extents], [co, ci, *kernel], [co] + [1] * spatial
+    inputs = {"I": d.values(image, dtype), "F": d.values(kernel_shape, dtype)}
     lines = [f"O[{out_index}: {out_sizes}] = +({access});"]
     outputs = "O"
     header = f"I[{i_dims}], F[{f_dims}]"
     if d.chance(0.4):
-        inputs["Bias"] = d.values([co], dtype)
-        header += ", Bias[CB]"
+        inputs["Bias"] = d.values(bias, dtype)
+        header += f", Bias[{', '.join(f'B{a}' for a in range(len(bias)))}]"
         lines.append(f"R = {epilogue(d, 'O', dtype)};")
         outputs = "R"
     return f"function ({header}) -> ({outputs}) {{\n  " + "\n  ".join(lines) + "\n}", inputs

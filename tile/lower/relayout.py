@@ -15,11 +15,12 @@ x 56. `relayout_output` gives the generator two flat contractions instead:
 
     main    T[..., j] = the contraction, its coordinates in their order with `j` moved last
     then    O[coordinates] = T[...]                       (a transposition, one pass over O)
+            and the kernel's fused epilogue, if any (conv + bias + relu), on the way
 
 `main` may then pack B (`tile.lower.pack.pack_operand`) and takes the vector kernel. Only a
-plain `+(A * B)` of float32 whose kernel computes nothing else is relaid, where the reduction
-is long enough (`MIN_REDUCTION` tuples per output element) for the extra pass over the output
-to be small against it, and only where the relaid form takes the vector kernel.
+`+(A * B)` of float32 is relaid, where the reduction is long enough (`MIN_REDUCTION` tuples
+per output element) for the extra pass over the output to be small against it, and only
+where the relaid form takes the vector kernel.
 """
 
 from __future__ import annotations
@@ -57,8 +58,6 @@ def relayout_output(
     take the vector kernel."""
     op = plan.contraction
     if flat is None or op is None or settings.vec_size == 1:
-        return None
-    if len(plan.ops) != 1 or plan.stores != (op.output,):
         return None
     if flat.empty or flat.derived or flat.default is not None:
         return None
@@ -159,5 +158,5 @@ def _relaid(
         dtype=flat.dtype,
     )
     copy_op = replace(op, inputs=(buffer,))
-    copy_plan = KernelPlan(PlanKind.CONTRACTION, plan.shape, (copy_op,), (op.output,))
+    copy_plan = KernelPlan(PlanKind.CONTRACTION, plan.shape, (copy_op, *plan.ops[1:]), plan.stores)
     return Split((main_plan, main), (copy_plan, copy), buffer, relaid, "relaid")
