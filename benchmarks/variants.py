@@ -7,10 +7,12 @@ matvec, a column vector, batched and transposed products at odd sizes, strided, 
 single-channel convolutions, depthwise convolutions over odd channel counts and 5x5 windows,
 overlapping pools, softmax along either axis and over short rows, layernorm with short rows,
 elementwise and total reductions one past a round size, reductions over the first and middle
-axes, and permutations of rank 3. Every variant is checked against float64 first (numpy, or
-torch in float64 where torch defines the operation), then timed with torch (inputs resident
-on the device; one call and the wait for its output, as `benchmarks/run.py` times). The table
-gives `ours / torch` (below 1 is faster); the geomean and the worst close the report.
+axes, permutations of rank 3, and PyTorch's own layout: NCHW convolutions (padded, strided,
+with a fused bias and relu), a depthwise one and a padded max pool. Every variant is checked
+against float64 first (numpy, or torch in float64 where torch defines the operation), then
+timed with torch (inputs resident on the device; one call and the wait for its output, as
+`benchmarks/run.py` times). The table gives `ours / torch` (below 1 is faster); the geomean
+and the worst close the report.
 
 Run: `.venv/bin/python benchmarks/variants.py [--device ID] [--filter TEXT]` (needs torch:
 `.venv/bin/pip install torch==2.13.0`).
@@ -166,6 +168,27 @@ def rowwise(name: str, source: str, x: np.ndarray, fn: Callable[[object], object
     return Variant(name, source, {"X": x}, lambda value: fn(wide(value)).numpy(), fn)
 
 
+def channels_first(n: int, c: int, size: int, co: int, k: int, s: int, bias: bool) -> Variant:
+    """A same-padded convolution in NCHW x OIHW (PyTorch's layout); `bias`: + bias, relu."""
+    p, out = (k - 1) // 2, (size + 2 * ((k - 1) // 2) - k) // s + 1
+    header = "I[N, C, H, W], K[CO, C, KH, KW]" + (", B[CO, U, V]" if bias else "")
+    source = (
+        f"function ({header}) -> (O) {{ Y[n, co, y, x: N, CO, {out}, {out}] = "
+        f"+(I[n, c, {s} * y + i - {p}, {s} * x + j - {p}] * K[co, c, i, j]); "
+        f"O = {'relu(Y + B)' if bias else 'Y'}; }}"
+    )
+
+    def peer(image: object, kernel: object, *shift: object) -> object:
+        result = tf.conv2d(image, kernel, stride=s, padding=p)
+        return torch.relu(result + shift[0]) if bias else result
+
+    inputs = {"I": normal(n, c, size, size), "K": normal(co, c, k, k)}
+    if bias:
+        inputs["B"] = normal(co, 1, 1)
+    name = f"conv NCHW {n}x{c}x{size}x{size}->{co} k{k} s{s}{' +bias relu' if bias else ''}"
+    return Variant(name, source, inputs, lambda *x: peer(*map(wide, x)).numpy(), peer)
+
+
 def variants() -> list[Variant]:
     square, vector = normal(4096, 4096), normal(4096)
     big, column = normal(125, 847), normal(847, 1)
@@ -222,6 +245,24 @@ def variants() -> list[Variant]:
         depthwise(4, 28, 28, 144, 3, 1),
         maxpool(1, 112, 112, 64, 3, 2),
         maxpool(2, 111, 111, 33, 2, 2),
+        channels_first(8, 64, 56, 64, 3, 1, False),
+        channels_first(4, 128, 28, 256, 3, 2, False),
+        channels_first(8, 64, 56, 64, 3, 1, True),
+        Variant(
+            "depthwise NCHW 1x32x112x112 k3",
+            "function (I[N, C, H, W], K[C, KH, KW]) -> (O) { O[n, c, y, x: N, C, 112, 112] = "
+            "+(I[n, c, y + i - 1, x + j - 1] * K[c, i, j]); }",
+            {"I": normal(1, 32, 112, 112), "K": normal(32, 3, 3)},
+            lambda i, k: tf.conv2d(wide(i), wide(k).unsqueeze(1), padding=1, groups=32).numpy(),
+            lambda i, k: tf.conv2d(i, k.unsqueeze(1), padding=1, groups=32),
+        ),
+        rowwise(
+            "maxpool NCHW 1x64x112x112 k3 s2 pad 1",
+            "function (X[N, C, H, W]) -> (O) { O[n, c, y, x: N, C, 56, 56] = "
+            ">(X[n, c, 2 * y + i - 1, 2 * x + j - 1]), i < 3, j < 3; }",
+            normal(1, 64, 112, 112),
+            lambda x: tf.max_pool2d(x, 3, 2, 1),
+        ),
         rowwise(
             "softmax 1000x1001", SOFTMAX_ROWS, normal(1000, 1001), lambda x: torch.softmax(x, 1)
         ),

@@ -276,19 +276,33 @@ def conv_family(d: Draw) -> tuple[str, dict[str, np.ndarray]]:
             f"{stride} * {x} + {dilation} * {kv}" if stride > 1 or dilation > 1 else f"{x} + {kv}"
         )
         terms.append(f"{term} - {pad}" if pad else term)
-    i_dims = ", ".join(["N", *(f"X{a}" for a in range(spatial)), "CI"])
-    f_dims = ", ".join([*(f"K{a}" for a in range(spatial)), "FI", "CO"])
-    out_index = ", ".join(["n", *xs, "co"])
-    out_sizes = ", ".join(str(s) for s in [n, *outs, co])
-    access = f"I[n, {', '.join(terms)}, ci] * F[{', '.join(ks)}, ci, co]"
-    image, kernel_shape, bias = [n, *extents, ci], [*kernel, ci, co], [co]
-    if d.chance(0.4):  # channels first: PyTorch's NCHW x OIHW (tile.lower.relayout)
-        i_dims = ", ".join(["N", "CI", *(f"X{a}" for a in range(spatial))])
-        f_dims = ", ".join(["CO", "FI", *(f"K{a}" for a in range(spatial))])
-        out_index = ", ".join(["n", "co", *xs])
-        out_sizes = ", ".join(str(s) for s in [n, co, *outs])
-        access = f"I[n, ci, {', '.join(terms)}] * F[co, ci, {', '.join(ks)}]"
-        image, kernel_shape, bias = [n, ci, *extents], [co, ci, *kernel], [co] + [1] * spatial
+    window, taps = ", ".join(terms), ", ".join(ks)
+    spaces, sizes = [f"X{a}" for a in range(spatial)], [f"K{a}" for a in range(spatial)]
+    channels_first = d.chance(0.4)  # PyTorch's NCHW x OIHW (tile.lower.relayout)
+    if d.chance(0.25):  # depthwise: one filter per channel (tile.lower.channels)
+        co = ci
+        if channels_first:
+            i_dims, f_dims = ", ".join(["N", "C", *spaces]), ", ".join(["FC", *sizes])
+            out_index, out_sizes = ", ".join(["n", "c", *xs]), [n, ci, *outs]
+            access = f"I[n, c, {window}] * F[c, {taps}]"
+            image, kernel_shape = [n, ci, *extents], [ci, *kernel]
+        else:
+            i_dims, f_dims = ", ".join(["N", *spaces, "C"]), ", ".join([*sizes, "FC"])
+            out_index, out_sizes = ", ".join(["n", *xs, "c"]), [n, *outs, ci]
+            access = f"I[n, {window}, c] * F[{taps}, c]"
+            image, kernel_shape = [n, *extents, ci], [*kernel, ci]
+    elif channels_first:
+        i_dims, f_dims = ", ".join(["N", "CI", *spaces]), ", ".join(["CO", "FI", *sizes])
+        out_index, out_sizes = ", ".join(["n", "co", *xs]), [n, co, *outs]
+        access = f"I[n, ci, {window}] * F[co, ci, {taps}]"
+        image, kernel_shape = [n, ci, *extents], [co, ci, *kernel]
+    else:
+        i_dims, f_dims = ", ".join(["N", *spaces, "CI"]), ", ".join([*sizes, "FI", "CO"])
+        out_index, out_sizes = ", ".join(["n", *xs, "co"]), [n, *outs, co]
+        access = f"I[n, {window}, ci] * F[{taps}, ci, co]"
+        image, kernel_shape = [n, *extents, ci], [*kernel, ci, co]
+    bias = [co] + [1] * spatial if channels_first else [co]
+    out_sizes = ", ".join(str(size) for size in out_sizes)
     inputs = {"I": d.values(image, dtype), "F": d.values(kernel_shape, dtype)}
     lines = [f"O[{out_index}: {out_sizes}] = +({access});"]
     outputs = "O"

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from semtree.kernel import Direction, KernelInfo, KernelKind, KernelList, KernelParam
 from semtree.nodes import Declare, For, Lookup, Node, c_identifier, rewrite, walk
 from tile.lower.accumulators import accumulator_dtype, lane_split
+from tile.lower.channels import channels_last
 from tile.lower.collapse import merge_coordinates
 from tile.lower.contract import generate_group
 from tile.lower.flatten import flatten
@@ -75,6 +76,8 @@ def generate_program(
 ) -> KernelList:
     """The kernels computing `bound` on a device described by `settings`, with the register
     tiles `tuning` chose (and the contractions that have a choice noted in it)."""
+    if settings.threads == 1:  # CPU kernels: a depthwise NCHW convolution channels last
+        bound = channels_last(bound)
     plan = plan_program(bound)
     for buffer, shape in plan.shapes.items():
         check_size(buffer, shape)
