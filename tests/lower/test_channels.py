@@ -15,6 +15,7 @@ from tests.fuzz.check import check
 from tests.fuzz.programs import Case
 from tests.gpu.settings import POCL_GPU
 from tests.lower.harness import LLVM_CPU, run_program
+from tests.lower.windows import WINDOWS, by_taps, fitted
 from tests.shipped import SHIPPED, shipped_devices
 from tile.lower import channels
 from tile.lower.generate import generate_program
@@ -41,19 +42,12 @@ def dw_inputs(n: int, c: int, size: tuple[int, int], k: int, seed: int = 0) -> d
 
 def dw_reference(x: dict, stride: int, dilation: int, pad: int) -> np.ndarray:
     """The depthwise convolution in float64, tap by tap over a zero-padded image."""
-    image = np.pad(x["I"].astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
     kernel = x["K"].astype(np.float64)
-    k = kernel.shape[1]
-    span = (k - 1) * dilation + 1
-    oh = (image.shape[2] - span) // stride + 1
-    ow = (image.shape[3] - span) // stride + 1
-    out = np.zeros((image.shape[0], image.shape[1], oh, ow))
-    for i in range(k):
-        for j in range(k):
-            y0, x0 = i * dilation, j * dilation
-            window = image[:, :, y0 : y0 + stride * oh : stride, x0 : x0 + stride * ow : stride]
-            out += window * kernel[None, :, i, j, None, None]
-    return out
+
+    def tap(window: np.ndarray, i: int, j: int) -> np.ndarray:
+        return window * kernel[None, :, i, j, None, None]
+
+    return by_taps(x["I"], kernel.shape[1], stride, dilation, pad, tap)
 
 
 def temporaries(source: str, x: dict, settings_: object = LLVM_CPU) -> tuple[str, ...]:
@@ -116,27 +110,15 @@ def test_an_operand_whose_channel_axis_is_last_is_read_as_it_is() -> None:
 
 @pytest.mark.usefixtures("small")
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    c=st.integers(8, 20),
-    k=st.integers(1, 4),
-    stride=st.integers(1, 3),
-    dilation=st.integers(1, 2),
-    pad=st.integers(0, 2),
-    h=st.integers(1, 10),
-    w=st.integers(1, 10),
-    seed=st.integers(0, 2**16),
-)
+@given(c=st.integers(8, 20), seed=st.integers(0, 2**16), **WINDOWS)
 def test_random_depthwise(
     c: int, k: int, stride: int, dilation: int, pad: int, h: int, w: int, seed: int
 ) -> None:
-    span = (k - 1) * dilation + 1
-    h, w = max(h, span - 2 * pad), max(w, span - 2 * pad)
-    for extent in (h, w):  # every output row and column meets the image (else E-EMPTY)
-        rows = (extent + 2 * pad - span) // stride + 1
-        taps = [[stride * y - pad + dilation * i for i in range(k)] for y in range(rows)]
-        assume(all(any(0 <= tap < extent for tap in row) for row in taps))
-    source = depthwise(k, stride, dilation, pad, (h, w))
-    x = dw_inputs(2, c, (h, w), k, seed)
+    size = fitted(k, stride, dilation, pad, (h, w))
+    assume(size is not None)
+    assert size is not None
+    source = depthwise(k, stride, dilation, pad, size)
+    x = dw_inputs(2, c, size, k, seed)
     want = dw_reference(x, stride, dilation, pad)
     np.testing.assert_array_equal(run_program(source, x)["O"], want)
 
@@ -154,8 +136,8 @@ def test_depthwise_on_the_devices(
     """Sizes at lane and tile edges, each output over `MIN_OUTPUT` elements: 8, 9, 17 and 33
     channels, widths of 19, 31, 64 and 1031, heights of 1, 13, 33 and 61."""
     for n, c, size in [(1, 17, (61, 31)), (2, 8, (1, 1031)), (1, 33, (33, 19)), (3, 9, (13, 64))]:
-        span = (k - 1) * dilation + 1
-        size = (max(size[0], span - 2 * pad), max(size[1], span - 2 * pad))
+        size = fitted(k, stride, dilation, pad, size)
+        assert size is not None
         source = depthwise(k, stride, dilation, pad, size)
         x = dw_inputs(n, c, size, k, seed=n + c)
         if device_id == "llvm_cpu.0" and stride == 1:

@@ -16,6 +16,7 @@ from semtree.kernel import KernelKind
 from tests.fuzz.check import check
 from tests.fuzz.programs import Case
 from tests.lower.harness import LLVM_CPU, SCALAR, run_program
+from tests.lower.windows import WINDOWS, by_taps, fitted
 from tests.shipped import SHIPPED, shipped_devices
 from tile.lower.generate import generate_program
 
@@ -43,19 +44,12 @@ def conv_inputs(
 
 def conv_reference(x: dict[str, np.ndarray], stride: int, dilation: int, pad: int) -> np.ndarray:
     """The convolution in float64, tap by tap over a zero-padded copy of the image."""
-    image = np.pad(x["I"].astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
     kernel = x["K"].astype(np.float64)
-    k = kernel.shape[2]
-    span = (k - 1) * dilation + 1
-    oh = (image.shape[2] - span) // stride + 1
-    ow = (image.shape[3] - span) // stride + 1
-    out = np.zeros((image.shape[0], kernel.shape[0], oh, ow))
-    for i in range(k):
-        for j in range(k):
-            y0, x0 = i * dilation, j * dilation
-            window = image[:, :, y0 : y0 + stride * oh : stride, x0 : x0 + stride * ow : stride]
-            out += np.einsum("nchw,oc->nohw", window, kernel[:, :, i, j])
-    return out
+
+    def tap(window: np.ndarray, i: int, j: int) -> np.ndarray:
+        return np.einsum("nchw,oc->nohw", window, kernel[:, :, i, j])
+
+    return by_taps(x["I"], kernel.shape[2], stride, dilation, pad, tap)
 
 
 def kernels(source: str, x: dict, settings_: object = LLVM_CPU) -> list:
@@ -162,29 +156,16 @@ def test_what_is_not_relaid(source: str, shapes: dict) -> None:
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    c=st.integers(1, 6),
-    c_out=st.integers(8, 40),
-    k=st.integers(1, 4),
-    stride=st.integers(1, 3),
-    dilation=st.integers(1, 2),
-    pad=st.integers(0, 2),
-    h=st.integers(1, 12),
-    w=st.integers(1, 12),
-    seed=st.integers(0, 2**16),
-)
+@given(c=st.integers(1, 6), c_out=st.integers(8, 40), seed=st.integers(0, 2**16), **WINDOWS)
 def test_random_nchw_convolutions(
     c: int, c_out: int, k: int, stride: int, dilation: int, pad: int, h: int, w: int, seed: int
 ) -> None:
-    span = (k - 1) * dilation + 1
-    h, w = max(h, span - 2 * pad), max(w, span - 2 * pad)
+    size = fitted(k, stride, dilation, pad, (h, w))
+    assume(size is not None)
+    assert size is not None
     c = max(c, -(-16 // (k * k)))  # a reduction long enough to be relaid
-    for extent in (h, w):  # every output row and column meets the image (else E-EMPTY)
-        rows = (extent + 2 * pad - span) // stride + 1
-        taps = [[stride * y - pad + dilation * i for i in range(k)] for y in range(rows)]
-        assume(all(any(0 <= tap < extent for tap in row) for row in taps))
-    source = nchw(c_out, k, stride, dilation, pad, (h, w))
-    x = conv_inputs(2, c, (h, w), c_out, k, seed)
+    source = nchw(c_out, k, stride, dilation, pad, size)
+    x = conv_inputs(2, c, size, c_out, k, seed)
     # Relaid where padding or a stride leaves no vector coordinate (most draws), else as it was.
     want = conv_reference(x, stride, dilation, pad)
     np.testing.assert_array_equal(run_program(source, x)["O"], want)
@@ -202,8 +183,8 @@ def test_relaid_convolutions_on_the_devices(
 ) -> None:
     """Sizes at lane and tile edges: widths of 1, 7, 16 and 17, heights 1 and 13."""
     for n, c, size in [(1, 16, (1, 7)), (2, 3, (13, 16)), (3, 7, (5, 17)), (1, 64, (8, 8))]:
-        span = (k - 1) * dilation + 1
-        size = (max(size[0], span - 2 * pad), max(size[1], span - 2 * pad))
+        size = fitted(k, stride, dilation, pad, size)
+        assert size is not None
         source = nchw(c_out, k, stride, dilation, pad, size)
         x = conv_inputs(n, c, size, c_out, k, seed=n + c)
         outcome = check(Case("relayout", source, x), devices[device_id])
