@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tile
@@ -16,7 +16,7 @@ from semtree.kernel import KernelKind
 from tests.fuzz.check import check
 from tests.fuzz.programs import Case
 from tests.lower.harness import LLVM_CPU, SCALAR, run_program
-from tests.lower.windows import WINDOWS, by_taps, fitted
+from tests.lower.windows import WINDOWS, by_taps, drawn_size, fitted
 from tests.shipped import SHIPPED, shipped_devices
 from tile.lower.generate import generate_program
 
@@ -160,9 +160,7 @@ def test_what_is_not_relaid(source: str, shapes: dict) -> None:
 def test_random_nchw_convolutions(
     c: int, c_out: int, k: int, stride: int, dilation: int, pad: int, h: int, w: int, seed: int
 ) -> None:
-    size = fitted(k, stride, dilation, pad, (h, w))
-    assume(size is not None)
-    assert size is not None
+    size = drawn_size(k, stride, dilation, pad, h, w)
     c = max(c, -(-16 // (k * k)))  # a reduction long enough to be relaid
     source = nchw(c_out, k, stride, dilation, pad, size)
     x = conv_inputs(2, c, size, c_out, k, seed)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
+from hypothesis import assume
 from hypothesis import strategies as st
 
 if TYPE_CHECKING:
@@ -34,6 +35,14 @@ def fitted(
         taps = [[stride * y - pad + dilation * i for i in range(k)] for y in range(rows)]
         if not all(any(0 <= tap < extent for tap in row) for row in taps):
             return None
+    return size
+
+
+def drawn_size(k: int, stride: int, dilation: int, pad: int, h: int, w: int) -> tuple[int, int]:
+    """`fitted` for a draw of `WINDOWS`: a draw it refuses is rejected (`assume`)."""
+    size = fitted(k, stride, dilation, pad, (h, w))
+    assume(size is not None)
+    assert size is not None
     return size
 
 

@@ -35,6 +35,7 @@ from tile.bind.program import (
     TensorBinding,
 )
 from tile.lang.syntax import AggOp, CombOp
+from tile.lower.kernel import product
 
 MIN_CHANNELS = 8
 MIN_OUTPUT = 1 << 14  # output elements below which three extra launches cost more
@@ -51,7 +52,7 @@ def channels_last(bound: BoundProgram) -> BoundProgram:
             continue
         contraction = op.contraction
         assert contraction is not None
-        accesses = []
+        accesses, back = [], None
         for position, access in enumerate(contraction.access):
             axis = access.polys.index(Polynomial.var(channel))
             if axis == len(access.polys) - 1:
@@ -59,19 +60,19 @@ def channels_last(bound: BoundProgram) -> BoundProgram:
                 continue
             order = [k for k in range(len(access.polys)) if k != axis] + [axis]
             name = _fresh(f"_cl{position}_{access.tensor}", bindings)
-            shape = _shape(bindings[access.tensor])
-            dims = tuple(shape.dims[k] for k in order)
-            bindings[name] = TensorBinding(TensorShape(shape.dtype, dims))
-            polys = tuple(access.polys[k] for k in order)
-            accesses.append(BoundAccess(name, polys))
-            if position > 0:  # an operand: a transposed copy first
-                ops.append(_permute(op, name, access.tensor, order, shape.dtype))
-        output = accesses[0].tensor
+            binding = bindings[access.tensor]
+            assert isinstance(binding, TensorBinding)
+            dtype, dims = binding.shape.dtype, binding.shape.dims
+            bindings[name] = TensorBinding(TensorShape(dtype, tuple(dims[k] for k in order)))
+            accesses.append(BoundAccess(name, tuple(access.polys[k] for k in order)))
+            if position == 0:  # the output: the result back in its layout last
+                back = _assign(op, access.tensor, name, order, dtype, back=True)
+            else:  # an operand: a transposed copy first
+                ops.append(_assign(op, name, access.tensor, order, dtype, back=False))
+        assert back is not None  # the channel is not the output's last axis (`_channel`)
         inner = replace(contraction, access=tuple(accesses))
         inputs = tuple(access.tensor for access in accesses[1:])
-        ops.append(replace(op, output=output, inputs=inputs, contraction=inner))
-        order = [contraction.output.polys.index(p) for p in accesses[0].polys]
-        ops.append(_unpermute(op, output, order))
+        ops += [replace(op, output=accesses[0].tensor, inputs=inputs, contraction=inner), back]
     if len(ops) == len(bound.ops):
         return bound
     return replace(bound, ops=tuple(ops), bindings=bindings)
@@ -94,7 +95,7 @@ def _channel(op: BoundOp, bindings: dict) -> str | None:
     if None in names or len(set(names)) != len(names) or len(names) < 2:
         return None
     dims = shapes[0].shape.dims  # type: ignore[union-attr]
-    if _product(dims) < MIN_OUTPUT:
+    if product(dims) < MIN_OUTPUT:
         return None
     last = names[-1]
     windowed = any(
@@ -122,46 +123,26 @@ def _name(poly: Polynomial) -> str | None:
     return poly.terms[0][0]
 
 
-def _permute(op: BoundOp, name: str, source: str, order: list[int], dtype: DType) -> BoundOp:
-    """`name[axes in order] = =(source[axes])`: a transposed copy."""
-    variables = [f"a{k}" for k in range(len(order))]
-    polys = tuple(Polynomial.var(v) for v in variables)
+def _assign(
+    op: BoundOp, target: str, source: str, order: list[int], dtype: DType, *, back: bool
+) -> BoundOp:
+    """`target = source` between a tensor and its channels-last form, whose axis m is axis
+    `order[m]` of the other: the channels-last copy of an operand, or (`back`) the result
+    in the output's layout."""
+    variables = tuple(f"a{k}" for k in range(len(order)))
+    plain = tuple(Polynomial.var(v) for v in variables)
+    moved = tuple(plain[k] for k in order)
+    polys = (plain, moved) if back else (moved, plain)
     contraction = BoundContraction(
         AggOp.ASSIGN,
         CombOp.NONE,
-        (BoundAccess(name, tuple(polys[k] for k in order)), BoundAccess(source, polys)),
+        (BoundAccess(target, polys[0]), BoundAccess(source, polys[1])),
         (),
-        tuple(variables),
+        variables,
     )
     return BoundOp(
-        OpKind.CONTRACTION, name, (source,), compute=dtype, contraction=contraction, span=op.span
+        OpKind.CONTRACTION, target, (source,), compute=dtype, contraction=contraction, span=op.span
     )
-
-
-def _unpermute(op: BoundOp, source: str, order: list[int]) -> BoundOp:
-    """`op.output[axes] = =(source[axes in order])`: the result in the output's layout."""
-    variables = [f"a{k}" for k in range(len(order))]
-    polys = tuple(Polynomial.var(v) for v in variables)
-    contraction = BoundContraction(
-        AggOp.ASSIGN,
-        CombOp.NONE,
-        (BoundAccess(op.output, polys), BoundAccess(source, tuple(polys[k] for k in order))),
-        (),
-        tuple(variables),
-    )
-    return BoundOp(
-        OpKind.CONTRACTION,
-        op.output,
-        (source,),
-        compute=op.compute,
-        contraction=contraction,
-        span=op.span,
-    )
-
-
-def _shape(binding: object) -> TensorShape:
-    assert isinstance(binding, TensorBinding)
-    return binding.shape
 
 
 def _fresh(base: str, bindings: dict) -> str:
@@ -169,10 +150,3 @@ def _fresh(base: str, bindings: dict) -> str:
     while name in bindings:
         name += "_"
     return name
-
-
-def _product(dims: tuple[int, ...]) -> int:
-    result = 1
-    for dim in dims:
-        result *= dim
-    return result

@@ -132,11 +132,10 @@ def generate_program(
                 before = None  # a kernel filling a temporary that this one reads
                 if settings.threads == 1:
                     before = split_reduction(kernel_plan, flat, context, chosen, f"_P{index}")
-                    if before is None:  # the output in another layout (then B packed for it)
+                    if before is None:  # the output in another layout first, then B packed
                         after = relayout_output(kernel_plan, flat, context, chosen, f"_T{index}")
                         if after is not None:
                             context, kernel_plan, flat = _through(after, shapes, temporaries)
-                    if before is None:
                         before = pack_operand(kernel_plan, flat, context, chosen, f"_B{index}")
                     before = before or float_copy(kernel_plan, flat, context, chosen, f"_F{index}")
                 made = 0  # float32 copies of operands (tile.lower.pack.float_copy)

@@ -86,17 +86,7 @@ def pack_operand(
     """The packed form of `plan` (module docstring), or None where it is not needed or not
     possible."""
     op = plan.contraction
-    if flat is None or op is None or settings.vec_size == 1:
-        return None
-    if flat.empty or flat.derived or flat.default is not None:
-        return None
-    if flat.agg is not AggOp.SUM or flat.comb is not CombOp.MUL or len(flat.operands) != 2:
-        return None
-    if any(access.dtype is not DType.FLOAT32 for access in flat.access):
-        return None
-    if tuple(plan.shape) != tuple(flat.ranges[: flat.outputs]):
-        return None
-    if any(context.is_constant(access.tensor) for access in flat.operands):
+    if flat is None or op is None or not float32_product(plan, flat, context, settings):
         return None
     shape = vector_shape(flat, settings.vec_size)
     if shape is not None:  # the vector kernel takes B as it is, or in panels
@@ -139,6 +129,23 @@ def pack_operand(
         copy_plan = KernelPlan(PlanKind.CONTRACTION, copy.ranges, (copy_op,), (buffer,))
         return Split((copy_plan, copy), (plan, main), buffer, context, "pack")
     return None
+
+
+def float32_product(
+    plan: KernelPlan, flat: FlatContraction, context: ProgramContext, settings: HardwareSettings
+) -> bool:
+    """Whether `plan` is a float32 `+(A * B)` over its whole grid, of two operands that are
+    not constants, without defaults or derived variables, on a device with vectors: what
+    packing (and relaying, `tile.lower.relayout`) may give the vector kernel."""
+    if settings.vec_size == 1 or flat.empty or flat.derived or flat.default is not None:
+        return False
+    if flat.agg is not AggOp.SUM or flat.comb is not CombOp.MUL or len(flat.operands) != 2:
+        return False
+    if any(access.dtype is not DType.FLOAT32 for access in flat.access):
+        return False
+    if tuple(plan.shape) != tuple(flat.ranges[: flat.outputs]):
+        return False
+    return not any(context.is_constant(access.tensor) for access in flat.operands)
 
 
 def _contiguous_dot(flat: FlatContraction, a: FlatAccess, b: FlatAccess) -> bool:

@@ -28,13 +28,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from semtree.types import DType, TensorShape
+from semtree.types import TensorShape
 from tile.lang.syntax import AggOp, CombOp
 from tile.lower.flat import FlatAccess, FlatContraction
 from tile.lower.flatten import row_major
 from tile.lower.fuse import KernelPlan, PlanKind
 from tile.lower.kernel import product
-from tile.lower.pack import pack_operand
+from tile.lower.pack import float32_product, pack_operand
 from tile.lower.split import Split, with_temporary
 from tile.lower.vector import vector_shape
 
@@ -56,18 +56,9 @@ def relayout_output(
     """The relaid form of `plan` (module docstring): `first` computes into the temporary
     `buffer`, `then` transposes it into the output; None where it is not needed or would not
     take the vector kernel."""
-    op = plan.contraction
-    if flat is None or op is None or settings.vec_size == 1:
+    if flat is None or plan.contraction is None:
         return None
-    if flat.empty or flat.derived or flat.default is not None:
-        return None
-    if flat.agg is not AggOp.SUM or flat.comb is not CombOp.MUL or len(flat.operands) != 2:
-        return None
-    if any(access.dtype is not DType.FLOAT32 for access in flat.access):
-        return None
-    if tuple(plan.shape) != tuple(flat.ranges[: flat.outputs]):
-        return None
-    if any(context.is_constant(access.tensor) for access in flat.operands):
+    if not float32_product(plan, flat, context, settings):
         return None
     if product(flat.ranges[k] for k in flat.reductions) < MIN_REDUCTION:
         return None
