@@ -29,6 +29,17 @@ CASES = [
         }""",
         {"X": (2, 17), "W0": (17, 17), "W3": (17, 17)},
     ),
+    (
+        # Intel's OpenCL CPU compiler crashed (SIGSEGV in SimplifyCFG) on the padded update
+        # of a partial tile (`float v = 0; if (m < 7) v = a * b; acc += v`) in an 8 x 33
+        # register tile; OpenCL CPU kernels now guard the update instead.
+        "partial register tile on Intel's OpenCL CPU compiler",
+        """function (A[M, K], B[N, K], Bias[N]) -> (D) {
+          C[m, n: 7, 33] = +(A[m, k] * B[n, k]);
+          D = sigmoid(C - Bias);
+        }""",
+        {"A": (7, 1), "B": (33, 1), "Bias": (33,)},
+    ),
 ]
 
 

@@ -284,8 +284,8 @@ def test_tile_loops_of_contractions_run_on_vectors() -> None:
     """A column tile reads, accumulates and stores `width` columns at a time; in a tile past
     the shape (159 columns in tiles of 64) the lanes past it neither read nor write memory."""
     text = _contraction_body(MIDDLE.format(agg=">"), {"X": np.zeros((5, 7, 159), np.float32)}, 16)
-    assert "lanes16(in0, a * 1113 + (base1 + tr1) + b * 159, 159 - (base1 + tr1))" in text, text
-    assert "lanes16(acc, tr1) = max(lanes16(acc, tr1), v)" in text, text
+    load = "lanes16(in0, a * 1113 + (base1 + tr1) + b * 159, 159 - (base1 + tr1))"
+    assert f"lanes16(acc, tr1) = max(lanes16(acc, tr1), {load})" in text, text
     assert "lanes16(out0, a_ * 159 + (base1 + tw1), 159 - (base1 + tw1)) = vO" in text, text
 
 

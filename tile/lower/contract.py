@@ -373,12 +373,12 @@ class _GroupKernel:
         """Whether elements of a partial tile outside the shape, and tuples the `guards` leave
         out, aggregate the identity: every update is then unconditional and the accumulators
         stay in registers, only loads masked (a depthwise 3x3 over 144 channels kept them on the
-        stack, 0.33 ms, not 0.12; Zen 5). `widen_lanes` (vector_loops) wants guards outside."""
+        stack, 0.33 ms, not 0.12; Zen 5). Not on OpenCL CPU drivers (vector_loops): there
+        `widen_lanes` wants guards outside, and Intel's compiler crashes on a padded tile."""
         flat = self.flat
         assert flat is not None
         plain = not flat.derived and self.hit is None and flat.agg is not AggOp.ASSIGN
-        shared = guards is not None and self.settings.vector_loops
-        return plain and not shared and (tile.inside is not None or guards is not None)
+        return plain and not self.settings.vector_loops and (tile.inside, guards) != (None, None)
 
     def update(
         self, tile_index: Expr, operands: list[Typed], inside: Expr | None = None
