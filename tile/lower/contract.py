@@ -59,17 +59,10 @@ from tile.lang.syntax import AggOp, CombOp
 from tile.lower.accumulators import accumulator_dtype, identity_is_unwritten, lane_split
 from tile.lower.flatten import row_major
 from tile.lower.kernel import Grid, KernelWriter, RowLoop, affine, conjunction, fused_value, product
-from tile.lower.ops import (
-    Typed,
-    combine,
-    constant,
-    convert,
-    identity,
-    zero,
-)
+from tile.lower.ops import Typed, combine, constant, convert, identity, zero
 from tile.lower.tiles import read_order
 from tile.lower.transpose import with_blocks
-from tile.lower.widen import widen, widen_lanes
+from tile.lower.widen import ragged_vector, widen, widen_lanes
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -116,17 +109,22 @@ def generate_group(
     *,
     over_rows: RowLoop | None = None,
 ) -> GeneratedBody:
-    """The kernel of a CONTRACTION or ELEMENTWISE plan; an elementwise one (no `flat`) on
-    vectors under `settings.vector_loops` where `tile.lower.widen` can write it so. With
-    `over_rows`, a contraction's reduction runs over rows counted at run time (above)."""
-    kernel = _GroupKernel(plan, flat, context, settings, tuple(tiles), over_rows)
+    """The kernel of a CONTRACTION or ELEMENTWISE plan, on vectors where `tile.lower.widen`
+    can write it so: under `settings.vector_loops`, and elsewhere where the innermost tile is
+    one vector past the shape (`ragged_vector`). With `over_rows`, a contraction's reduction
+    runs over rows counted at run time (above)."""
+    order = read_order(flat, tuple(tiles))
+    ragged = flat is not None and ragged_vector(plan.shape, tiles, order, settings)
+    kernel = _GroupKernel(plan, flat, context, settings, tuple(tiles), over_rows, not ragged)
     generated = kernel.build(name)
-    order, grid, writer = kernel.read_order, kernel.grid, kernel.writer
-    blocks = with_blocks(generated, plan, flat, kernel.tiles, order, grid, writer)
-    if blocks is not generated or not settings.vector_loops:  # blocks: nothing to widen
+    blocks = with_blocks(generated, plan, flat, kernel.tiles, order, kernel.grid, kernel.writer)
+    if blocks is not generated or not (settings.vector_loops or ragged):  # blocks: as they are
         return blocks
-    if flat is not None:  # reductions in lanes on vectors
-        return replace(generated, body=widen_lanes(generated.body, settings.vec_size))
+    if flat is not None:  # reductions in lanes, and tile loops, on vectors
+        body = widen_lanes(generated.body, settings.vec_size)
+        if ragged and body is generated.body:  # nothing widened: the padded tile after all
+            return _GroupKernel(plan, flat, context, settings, tuple(tiles), over_rows).build(name)
+        return replace(generated, body=body)
     widened = widen(generated.body, settings.vec_size)
     return generated if widened is None else replace(generated, body=widened)
 
@@ -140,7 +138,9 @@ class _GroupKernel:
         settings: HardwareSettings,
         tiles: tuple[int, ...],
         over_rows: RowLoop | None = None,
+        pad: bool = True,
     ) -> None:
+        self.pad = pad and not settings.vector_loops  # `padded`
         self.plan = plan
         self.flat = flat
         self.context = context
@@ -373,12 +373,12 @@ class _GroupKernel:
         """Whether elements of a partial tile outside the shape, and tuples the `guards` leave
         out, aggregate the identity: every update is then unconditional and the accumulators
         stay in registers, only loads masked (a depthwise 3x3 over 144 channels kept them on the
-        stack, 0.33 ms, not 0.12; Zen 5). Not on OpenCL CPU drivers (vector_loops): there
-        `widen_lanes` wants guards outside, and Intel's compiler crashes on a padded tile."""
+        stack, 0.33 ms, not 0.12; Zen 5). Not where `widen_lanes` follows (`pad` false): it
+        wants the guards outside; and Intel's OpenCL compiler crashed on a padded tile."""
         flat = self.flat
         assert flat is not None
         plain = not flat.derived and self.hit is None and flat.agg is not AggOp.ASSIGN
-        return plain and not self.settings.vector_loops and (tile.inside, guards) != (None, None)
+        return plain and self.pad and (tile.inside, guards) != (None, None)
 
     def update(
         self, tile_index: Expr, operands: list[Typed], inside: Expr | None = None

@@ -58,6 +58,7 @@ from semtree.types import DType, Type
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from semtree.kernel import HardwareSettings
     from semtree.nodes import Expr, Function, Node
 
 # Lanes of 8- to 32-bit numbers only: Lanes cannot access boolean memory, and PoCL 3.0
@@ -97,6 +98,23 @@ def widen(function: Function, width: int) -> Function | None:
     except _RefusedError:
         return None
     return None if body is function.body else replace(function, body=body)
+
+
+def ragged_vector(
+    shape: Sequence[int], tiles: Sequence[int], order: Sequence[int], settings: HardwareSettings
+) -> bool:
+    """Whether a contraction's innermost tile loop, the last of the read `order`, is one
+    vector of the device's width whose last tile sticks out of the shape, on a device that
+    vectorizes loops itself (no `vector_loops`). LLVM 22 unrolls such a loop whole and leaves
+    its padded loads scalar, a branch each: a column sum of 26460 x 102 in tiles of 16 took
+    0.42 ms, 0.17 on vectors (`widen_lanes`, the last vector masked); 200000 x 17, 0.84 and
+    0.24 (AMD Zen 5; on AVX2 code, tiles of 8, likewise). Longer tiles its loop vectorizer
+    writes with masked loads itself: widened, a depthwise 3 x 3 over 97 channels (tiles of
+    64) ran 3.5x slower, its accumulators on the stack."""
+    if settings.vector_loops or not order or settings.vec_size not in LANE_WIDTHS:
+        return False
+    last = order[-1]
+    return tiles[last] == settings.vec_size and shape[last] % tiles[last] != 0
 
 
 def widen_lanes(function: Function, width: int) -> Function:
