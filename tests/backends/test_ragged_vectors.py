@@ -24,6 +24,7 @@ from hal_llvm.device import LLVMDevice
 from semtree.kernel import HardwareSettings, KernelKind
 from tests.fuzz.check import poison
 from tests.lower.harness import LLVM_CPU, run_program
+from tests.lower.test_flatten import flat_of
 from tests.shipped import SHIPPED, shipped_devices
 from tile.lower.generate import generate_program
 from tile.lower.widen import ragged_vector
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 
 COLUMNS = "function (X[M, N]) -> (O) {{ O[n: N] = {agg}(X[m, n]); }}"
 OUTER = "function (X[A, B, C]) -> (O) {{ O[c: C] = {agg}(X[a, b, c]); }}"
+STRIDED = "function (X[A, B, C, D]) -> (O) {{ O[c: C] = {agg}(X[a, b, c, d]); }}"
 MIDDLE = "function (X[A, B, C]) -> (O) {{ O[a, c: A, C] = {agg}(X[a, b, c]); }}"
 VECTOR_MATRIX = "function (A[K, M], V[K]) -> (O) {{ O[m: M] = {agg}(V[k] * A[k, m]); }}"
 REDUCE = {"+": np.sum, ">": np.max, "<": np.min, "*": np.prod}
@@ -40,6 +42,7 @@ REDUCE = {"+": np.sum, ">": np.max, "<": np.min, "*": np.prod}
 SHAPES = [(1, 17), (7, 15), (300, 17), (61, 33), (300, 102), (5, 127), (9, 32)]
 CASES = [(COLUMNS, shape, (0,)) for shape in SHAPES]
 CASES += [(OUTER, (3, 29, 102), (0, 1)), (MIDDLE, (4, 37, 23), (1,))]
+CASES += [(STRIDED, (2, 17, 101, 4), (0, 1, 3))]
 
 
 def avx2_device() -> LLVMDevice:
@@ -85,16 +88,23 @@ def check(got: np.ndarray, x: np.ndarray, agg: str, axes: tuple[int, ...]) -> bo
     return bool(np.all(np.abs(got.astype(np.float64) - want) <= 1e-4 * scale))
 
 
-def test_only_one_ragged_vector_is_widened() -> None:
+def test_only_one_ragged_vector_read_contiguously_is_widened() -> None:
     vec = LLVM_CPU.vec_size
-    assert ragged_vector((102,), (vec,), (0,), LLVM_CPU)
-    assert ragged_vector((4, 17), (1, vec), (0, 1), LLVM_CPU)
-    assert not ragged_vector((6 * vec,), (vec,), (0,), LLVM_CPU)  # whole tiles
-    assert not ragged_vector((102,), (4 * vec,), (0,), LLVM_CPU)  # LLVM's own vectorizer
-    assert not ragged_vector((102,), (vec // 2,), (0,), LLVM_CPU)  # part of a vector
-    assert not ragged_vector((17, 8), (vec, 8), (0, 1), LLVM_CPU)  # not the innermost loop
-    opencl_cpu = replace(LLVM_CPU, vector_loops=True)  # widened anyway, padded never
-    assert not ragged_vector((102,), (vec,), (0,), opencl_cpu)
+
+    def widened(source: str, shape: tuple[int, ...], tiles: tuple[int, ...], **kw: object) -> bool:
+        settings = replace(LLVM_CPU, **kw)  # type: ignore[arg-type]
+        flat = flat_of(source.format(agg="+"), X=shape)
+        order = tuple(range(flat.outputs))
+        return ragged_vector(flat, flat.ranges[: flat.outputs], tiles, order, settings)
+
+    assert widened(COLUMNS, (5, 102), (vec,))
+    assert widened(MIDDLE, (4, 9, 17), (1, vec))
+    assert not widened(COLUMNS, (5, 6 * vec), (vec,))  # whole tiles
+    assert not widened(COLUMNS, (5, 102), (4 * vec,))  # LLVM's own vectorizer
+    assert not widened(COLUMNS, (5, 102), (vec // 2,))  # part of a vector
+    assert not widened(MIDDLE, (17, 9, 8), (vec, 8))  # not the innermost loop
+    assert not widened(STRIDED, (2, 3, 102, 4), (vec,))  # read 4 elements apart
+    assert not widened(COLUMNS, (5, 102), (vec,), vector_loops=True)  # widened anyway
 
 
 def _contraction_text(

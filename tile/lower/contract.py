@@ -114,7 +114,7 @@ def generate_group(
     one vector past the shape (`ragged_vector`). With `over_rows`, a contraction's reduction
     runs over rows counted at run time (above)."""
     order = read_order(flat, tuple(tiles))
-    ragged = flat is not None and ragged_vector(plan.shape, tiles, order, settings)
+    ragged = flat is not None and ragged_vector(flat, plan.shape, tiles, order, settings)
     kernel = _GroupKernel(plan, flat, context, settings, tuple(tiles), over_rows, not ragged)
     generated = kernel.build(name)
     blocks = with_blocks(generated, plan, flat, kernel.tiles, order, kernel.grid, kernel.writer)

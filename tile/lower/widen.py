@@ -60,6 +60,7 @@ if TYPE_CHECKING:
 
     from semtree.kernel import HardwareSettings
     from semtree.nodes import Expr, Function, Node
+    from tile.lower.flat import FlatContraction
 
 # Lanes of 8- to 32-bit numbers only: Lanes cannot access boolean memory, and PoCL 3.0
 # (LLVM 14) aborts the process compiling some builtins on vectors of doubles (`tanh(double8)`:
@@ -101,20 +102,39 @@ def widen(function: Function, width: int) -> Function | None:
 
 
 def ragged_vector(
-    shape: Sequence[int], tiles: Sequence[int], order: Sequence[int], settings: HardwareSettings
+    flat: FlatContraction,
+    shape: Sequence[int],
+    tiles: Sequence[int],
+    order: Sequence[int],
+    settings: HardwareSettings,
 ) -> bool:
     """Whether a contraction's innermost tile loop, the last of the read `order`, is one
-    vector of the device's width whose last tile sticks out of the shape, on a device that
-    vectorizes loops itself (no `vector_loops`). LLVM 22 unrolls such a loop whole and leaves
-    its padded loads scalar, a branch each: a column sum of 26460 x 102 in tiles of 16 took
-    0.42 ms, 0.17 on vectors (`widen_lanes`, the last vector masked); 200000 x 17, 0.84 and
-    0.24 (AMD Zen 5; on AVX2 code, tiles of 8, likewise). Longer tiles its loop vectorizer
-    writes with masked loads itself: widened, a depthwise 3 x 3 over 97 channels (tiles of
-    64) ran 3.5x slower, its accumulators on the stack."""
+    vector of the device's width whose last tile sticks out of the `shape`, along which every
+    operand is read contiguously or not at all (so that `widen_lanes` widens the
+    accumulation), on a device that vectorizes loops itself (no `vector_loops`).
+
+    LLVM 22 unrolls such a loop whole and leaves its padded loads scalar, a branch each: a
+    column sum of 26460 x 102 in tiles of 16 took 0.42 ms, 0.17 on vectors (the last one
+    masked); 200000 x 17, 0.84 and 0.24 (AMD Zen 5; AVX2 code, tiles of 8, likewise). Not
+    otherwise: longer tiles LLVM's loop vectorizer writes with masked loads itself (widened,
+    a depthwise 3 x 3 over 97 channels in tiles of 64 ran 3.5x slower, its accumulators on
+    the stack); and where the reads are strided the guarded scalar loop that would replace
+    the padded one is slower still (a sum of 2 x 17 x 1346 x 4 over all but axis 2: 0.04 ms
+    padded, 0.55 guarded)."""
     if settings.vector_loops or not order or settings.vec_size not in LANE_WIDTHS:
         return False
     last = order[-1]
-    return tiles[last] == settings.vec_size and shape[last] % tiles[last] != 0
+    if tiles[last] != settings.vec_size or not shape[last] % tiles[last]:
+        return False
+    if flat.derived or any(c.lhs[last] for c in flat.constraints):  # per-lane guards
+        return False
+    if (
+        any(a.dtype not in LANE_TYPES or a.panel for a in flat.access)
+        or flat.dtype not in LANE_TYPES
+    ):
+        return False
+    strides = {access.strides[last] for access in flat.operands}
+    return 1 in strides and strides <= {0, 1}
 
 
 def widen_lanes(function: Function, width: int) -> Function:
