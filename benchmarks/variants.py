@@ -289,6 +289,18 @@ def variants() -> list[Variant]:
             lambda x: x.sum(0),
         ),
         rowwise(
+            "sum over axes 0, 1, 2 14x70x27x102",
+            "function (X[A, B, C, D]) -> (O) { O[d: D] = +(X[a, b, c, d]); }",
+            normal(14, 70, 27, 102),
+            lambda x: x.sum((0, 1, 2)),
+        ),
+        rowwise(
+            "max over axis 0 200000x17",
+            "function (X[M, N]) -> (O) { O[n: N] = >(X[m, n]); }",
+            normal(200000, 17),
+            lambda x: x.amax(0),
+        ),
+        rowwise(
             "sum over axis 1 256x1000x64",
             "function (X[A, B, C]) -> (O) { O[a, c: A, C] = +(X[a, b, c]); }",
             normal(256, 1000, 64),
