@@ -15,6 +15,7 @@ from semtree.kernel import KernelKind
 from tests.lower.harness import LLVM_CPU, SCALAR, run_program, tiled
 from tile.lower import vector_blocks
 from tile.lower.generate import generate_program
+from tile.lower.vector import dividing_tile
 
 MATMUL = "function (A[M, K], B[K, N]) -> (C) { C[m, n: M, N] = +(A[m, k] * B[k, n]); }"
 BMM = """function (A[G, M, K], B[G, K, N]) -> (C) {
@@ -273,3 +274,36 @@ def test_half_matmul_runs_on_vectors_in_float(m: int, k: int, n: int) -> None:
         np.testing.assert_array_equal(got, want)
     native = replace(LLVM_CPU, native_fp16=True)
     assert vector_kernels(MATMUL, native, {"A": a, "B": b}) == []
+
+
+@pytest.mark.parametrize(
+    ("arguments", "chosen"),
+    [
+        ((14, 6, 4, 16), (7, 3)),  # 18 rows padded to hold 14: 7 divides them
+        ((7, 6, 4, 16), (7, 3)),
+        ((10, 6, 4, 16), (5, 4)),
+        ((56, 6, 4, 16), (6, 4)),  # 60 rows for 56: within a tenth
+        ((13, 6, 4, 16), (6, 4)),  # nothing near 6 divides 13
+        ((14, 6, 2, 8), (6, 2)),  # 7 rows of 1 vector: too narrow
+        ((18, 8, 3, 16), (9, 2)),  # 24 rows for 18: 9 x 2, the nearest divisor first
+        ((10, 6, 2, 4), (5, 2)),  # 16 registers: 5 x 2 and 2 vectors of B fit
+    ],
+)
+def test_register_tiles_divide_few_rows(
+    arguments: tuple[int, int, int, int], chosen: tuple[int, int]
+) -> None:
+    """(rows, vectors) for (size, rows, vectors, width)."""
+    assert dividing_tile(*arguments) == chosen
+
+
+@pytest.mark.parametrize("m", [7, 14, 21, 10])
+def test_rows_in_tiles_that_divide_them(m: int) -> None:
+    """A batch of matmuls 7, 14, 21 or 10 rows high: register tiles of 7 x 3 (5 x 4 for 10)
+    instead of 6 x 4, which would compute up to 12 rows for 7; results against numpy."""
+    a, b = rand(8, m, 37), rand(8, 37, 100, seed=1)
+    (kernel,) = vector_kernels(BMM, LLVM_CPU, {"A": a, "B": b})
+    rows, vectors = (5, 4) if m == 10 else (7, 3)
+    assert f"acc[{rows * vectors}]" in str(kernel.body) and f"it * {rows} + r" in str(kernel.body)
+    got = run_program(BMM, {"A": a, "B": b}, LLVM_CPU)["C"]
+    want = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -3,8 +3,7 @@
 `generate_vector_contraction` recognises a flat contraction that is a matmul in disguise and
 emits the micro-kernel shape the LLVM renderer turns into broadcast + FMA code:
 
-* an output coordinate `j` of stride 1 in the output and in operand B, stride 0 in A (the
-  vector dimension),
+* an output coordinate `j` of stride 1 in the output and in B, 0 in A (the vector dimension),
 * an output coordinate `i` of stride 0 in B and not 0 in A (the row dimension),
 * any reduction variables (matmul's k, a valid convolution's kx, ky, ci),
 * the other output coordinates (batch, conv's n and x) become grid dimensions.
@@ -18,13 +17,10 @@ One work-group owns `rows` x `vectors * width` elements of (i, j):
                for v: acc[r * vectors + v] = MAD(a, b[v], acc[r * vectors + v])
     for r, v: if inside: C_w[(...) / width + jt * vectors + v] = acc[r * vectors + v]
 
-B and C are accessed as vectors of `width` floats. Where every element offset of B and C the
-kernel forms is a multiple of `vec_size`, they are aligned vectors (vector pointers, `width`
-= `vec_size`). Otherwise (an output width such as 333, an operand read at an offset) they are
-`Lanes`: vectors of `width` = `vec_size` (less for a narrow output) at element offsets through
-scalar pointers, and where a tile can pass the edge of a row every such access is counted
-(`j` size - column * width lanes: masked loads and stores, nothing touched past the row).
-Rows past the edge read a clamped element and skip their stores; so do aligned vectors.
+B and C are vectors of `width` floats: aligned where every element offset the kernel forms is
+a multiple of `vec_size`, else `Lanes` at element offsets (an output 333 wide), counted where a
+tile can pass the edge of a row (masked). Rows past the edge read a clamped element and skip
+their stores.
 
 Guards (a padded convolution's `0 <= x + kx - 1 < W`) may use any variable but `j`. One
 without `i` holds for the whole tile: it wraps the reduction step. One with `i` is linear in
@@ -44,13 +40,7 @@ from semtree.nodes import LANE_WIDTHS, Builtin, IntConst, Param
 from semtree.types import DType, Type, TypeBase
 from tile.lang.syntax import AggOp, CombOp
 from tile.lower.contract import GeneratedBody
-from tile.lower.kernel import (
-    INDEX_LIMIT,
-    KernelWriter,
-    grid_size,
-    linear_group,
-    product,
-)
+from tile.lower.kernel import INDEX_LIMIT, KernelWriter, grid_size, linear_group, product
 from tile.lower.ops import GenerateError
 from tile.lower.vector_blocks import (
     BLOCK_NAMES,
@@ -143,9 +133,8 @@ def vector_shape(flat: FlatContraction, vec_size: int, half: bool = False) -> _S
     return None
 
 
-# Register tiles (rows, vectors) by vector width: the cost model's first, then the others a
-# measured search tries (`tile.lower.tuning.tile_candidates`). Wide vectors have 32
-# registers (AVX-512), the others 16; each tile leaves some for B's vectors and A's broadcast.
+# Register tiles (rows, vectors) by vector width: the model's first, then the others a search
+# tries (`tile.lower.tuning`). 32 registers with AVX-512, else 16, B's vectors and A's included.
 TILES = {
     16: ((6, 4), (8, 3), (4, 6), (12, 2), (4, 4), (3, 8)),
     4: ((6, 2), (4, 3), (3, 4), (8, 1), (4, 2), (12, 1)),
@@ -159,18 +148,32 @@ def tile_shapes(width: int) -> tuple[tuple[int, int], ...]:
 
 def model_tile(flat: FlatContraction, shape: _Shape, settings: HardwareSettings) -> tuple[int, int]:
     """(rows, vectors) of the register tile: 12-28 accumulators in 32 zmm registers, 12 in
-    16 ymm ones, NV >= 2 where the output is that wide (PERFORMANCE.md 2.1); or the tile a
-    measured search chose (`settings.register_tile`), within the output."""
-    columns = -(-flat.ranges[shape.j] // shape.width)
+    16 ymm ones, NV >= 2 where the output is that wide (PERFORMANCE.md 2.1), and smaller
+    tiles before idle threads; or the tile a measured search chose (`register_tile`)."""
+    columns, size = -(-flat.ranges[shape.j] // shape.width), flat.ranges[shape.i]
     rows, vectors = settings.register_tile or tile_shapes(shape.width)[0]
-    vectors = max(1, min(vectors, columns))
-    rows = max(1, min(rows, flat.ranges[shape.i]))
+    if settings.register_tile is None:
+        rows, vectors = dividing_tile(size, min(rows, size), vectors, shape.width)
+    vectors, rows = max(1, min(vectors, columns)), max(1, min(rows, size))
     if settings.register_tile is not None:
         return rows, vectors
     others = product(flat.ranges[k] for k in range(flat.outputs) if k not in (shape.i, shape.j))
-    # Enough work-groups for every core: smaller tiles before idle threads.
     while rows > 1 and _groups(flat, shape, rows, vectors, others) < 2 * settings.goal_groups:
         rows -= 1
+    return rows, vectors
+
+
+def dividing_tile(size: int, rows: int, vectors: int, width: int) -> tuple[int, int]:
+    """As many accumulators or fewer in rows that divide `size` (rows +- 1 or 2), where `rows`
+    would pad it by more than a tenth: outputs 7 and 14 wide in tiles of 7 x 3, not 6 x 4 (a
+    conv 8x7x7x512->512 7.7 -> 5.3 ms, 8x28x28x256->512 stride 2 6.4 -> 3.4; AMD Zen 5)."""
+    if -(-size // rows) * rows * 10 <= size * 11:
+        return rows, vectors
+    registers = 32 if width >= 16 else 16
+    for other in (r for r in (rows + 1, rows + 2, rows - 1, rows - 2) if r > 1 and size % r == 0):
+        count = rows * vectors // other
+        if count >= 2 and (other + 1) * count < registers:  # with B's vectors and A's value
+            return other, count
     return rows, vectors
 
 
