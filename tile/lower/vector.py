@@ -166,7 +166,7 @@ def model_tile(flat: FlatContraction, shape: _Shape, settings: HardwareSettings)
 def dividing_tile(size: int, rows: int, vectors: int, width: int) -> tuple[int, int]:
     """As many accumulators or fewer in rows that divide `size` (rows +- 1 or 2), where `rows`
     would pad it by more than a tenth: outputs 7 and 14 wide in tiles of 7 x 3, not 6 x 4 (a
-    conv 8x7x7x512->512 7.7 -> 5.3 ms, 8x28x28x256->512 stride 2 6.4 -> 3.4; AMD Zen 5)."""
+    conv 8x7x7x512->512 7.7 -> 5.3 ms, 8x14x14x256->512 stride 2 6.4 -> 3.4; AMD Zen 5)."""
     if -(-size // rows) * rows * 10 <= size * 11:
         return rows, vectors
     registers = 32 if width >= 16 else 16
