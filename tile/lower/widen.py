@@ -211,20 +211,28 @@ def _steps(
         coordinate = Load(Lookup(head.name))
         body = [rewrite(s, lambda n: start if n == coordinate else None) for s in body]  # type: ignore[misc]
     shared: Expr | None = None  # a guard every step shares (a padding's, tiled along another axis)
-    match body:
-        case [If(condition, Block(then), None)] if not _mentions(condition, {var}):
-            shared, body = condition, list(then)
     lanes: Expr | None = None
-    match body:
-        case [If(Binary(BinOp.LT, bound, IntConst(size)), Block(then), None)] if bound == start:
-            body, lanes = list(then), Binary(BinOp.SUB, IntConst(size), start)
-        case [
-            Declare(_, value, pad) as padded,
-            If(Binary(BinOp.LT, bound, IntConst(size)), Block((Store(Lookup(name), read),)), None),
-            *rest,
-        ] if bound == start and name == value and (tile or _is_zero(pad)):
-            body = [replace(padded, init=read), *rest]
-            lanes = Binary(BinOp.SUB, IntConst(size), start)
+    for _ in range(2):  # the two guards nest either way round
+        match body:
+            case [If(condition, Block(then), None)] if shared is None and not _mentions(
+                condition, {var}
+            ):
+                shared, body = condition, list(then)
+            case [If(Binary(BinOp.LT, bound, IntConst(size)), Block(then), None)] if (
+                lanes is None and bound == start
+            ):
+                body, lanes = list(then), Binary(BinOp.SUB, IntConst(size), start)
+            case [
+                Declare(_, value, pad) as padded,
+                If(
+                    Binary(BinOp.LT, bound, IntConst(size)),
+                    Block((Store(Lookup(name), read),)),
+                    None,
+                ),
+                *rest,
+            ] if lanes is None and bound == start and name == value and (tile or _is_zero(pad)):
+                body = [replace(padded, init=read), *rest]
+                lanes = Binary(BinOp.SUB, IntConst(size), start)
     if not all(isinstance(s, Store | Declare) for s in body) or not _independent(
         body, var, count, pointers
     ):
@@ -329,11 +337,22 @@ def _statement(stmt: Stmt, width: int, pointers: dict[str, Type]) -> Stmt:
             if not _innermost(rest):  # an outer tile loop (rows): widen the loop inside
                 body = _statement(stmt.body, width, pointers)
                 return stmt if body is stmt.body else replace(stmt, body=body)
-            if count % width or _mentions(base, {var}):
+            if _mentions(base, {var}):
                 raise _RefusedError
+            if count % width:  # a loop over a whole row (`tile.lower.rows`): its last step ragged
+                if base != IntConst(0) or _guarded(rest, x):
+                    raise _RefusedError
+                bound = Binary(BinOp.LT, Load(Lookup(x)), IntConst(count))
+                rest = [If(bound, Block(tuple(rest)))]
+                stmt = replace(stmt, count=-(-count // width) * width)
             return _loop(stmt, x, base, tuple(rest), width, pointers)
         case _:
             return stmt
+
+
+def _guarded(stmts: Sequence[Stmt], x: str) -> bool:
+    """Whether `stmts` are one statement guarded by a condition on `x`."""
+    return len(stmts) == 1 and isinstance(stmts[0], If) and _mentions(stmts[0].cond, {x})
 
 
 def _innermost(stmts: list[Stmt]) -> bool:
