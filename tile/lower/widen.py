@@ -340,19 +340,14 @@ def _statement(stmt: Stmt, width: int, pointers: dict[str, Type]) -> Stmt:
             if _mentions(base, {var}):
                 raise _RefusedError
             if count % width:  # a loop over a whole row (`tile.lower.rows`): its last step ragged
-                if base != IntConst(0) or _guarded(rest, x):
-                    raise _RefusedError
+                if base != IntConst(0) or any(isinstance(s, If) for s in rest):
+                    raise _RefusedError  # no guard of its own
                 bound = Binary(BinOp.LT, Load(Lookup(x)), IntConst(count))
                 rest = [If(bound, Block(tuple(rest)))]
                 stmt = replace(stmt, count=-(-count // width) * width)
             return _loop(stmt, x, base, tuple(rest), width, pointers)
         case _:
             return stmt
-
-
-def _guarded(stmts: Sequence[Stmt], x: str) -> bool:
-    """Whether `stmts` are one statement guarded by a condition on `x`."""
-    return len(stmts) == 1 and isinstance(stmts[0], If) and _mentions(stmts[0].cond, {x})
 
 
 def _innermost(stmts: list[Stmt]) -> bool:
