@@ -45,6 +45,38 @@ def test_policy() -> None:
     assert lanes == (1, 1)
 
 
+def test_short_reductions_in_lanes_share_a_group_under_vector_loops() -> None:
+    """A reduction in lanes over short rows computes one element per group where the device
+    runs the groups in a loop of its own (llvm_cpu), and under `vector_loops` (an OpenCL CPU,
+    a call per group) as many as keep a group's reads under GROUP_ELEMENTS, its accumulators
+    within 256 and every core its groups."""
+    wide = replace(LLVM_CPU, vector_loops=True)
+    short = {"reduction_points": 19, "accumulator_bytes": 4, "lanes": 8}
+    assert choose_tiles((57, 39, 90), LLVM_CPU, **short) == (1, 1, 1)
+    assert choose_tiles((200070,), wide, **short) == (32,)  # 32 x 8 accumulators
+    assert choose_tiles((57, 39, 90), wide, **short) == (1, 1, 32)
+    long = {"reduction_points": 300, "accumulator_bytes": 4, "lanes": 64}
+    assert choose_tiles((4000,), wide, **long) == (4,)  # 1200 elements read
+    assert choose_tiles((4000,), wide, reduction_points=2000, accumulator_bytes=4, lanes=64) == (1,)
+    few = choose_tiles((2 * wide.goal_groups,), wide, **short)
+    assert few == (2,)  # every core keeps its groups
+
+
+@pytest.mark.parametrize("k", [16, 17, 19, 31, 40, 65])
+@pytest.mark.parametrize("rows", [1, 7, 33, 1000])
+def test_short_reductions_in_lanes_match_numpy(k: int, rows: int) -> None:
+    x = np.random.default_rng(k * rows).standard_normal((rows, 3, k)).astype(np.float32)
+    wide = replace(LLVM_CPU, vector_loops=True, vec_size=16)
+    for agg, reduce in (("+", np.sum), (">", np.max), ("<", np.min)):
+        source = f"function (X[A, B, K]) -> (O) {{ O[a, b: A, B] = {agg}(X[a, b, k]); }}"
+        want = reduce(x.astype(np.float64), axis=2)
+        got = run_program(source, {"X": x}, wide)["O"]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        for device in SHIPPED:
+            got = tile.run(source, {"X": x}, device=device)["O"]
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize(
     "shape",
     [
@@ -102,6 +134,28 @@ def test_streaming_reductions_get_wide_strips() -> None:
     assert choose_tiles((5,), LLVM_CPU, **streams) == (5,)
     column_sum = "function (X[M, N]) -> (O) { O[n: N] = +(X[m, n]); }"
     assert tiles_of(column_sum, {"X": np.zeros((50, 3001), np.float32)}) == (wide,)
+
+
+def test_streaming_strips_are_whole_vectors_under_vector_loops() -> None:
+    """Under `vector_loops` a strip past a row is a whole number of vectors (33 channels: 48,
+    the last vector counted), so that `widen_lanes` writes it on vectors: a 2 x 2 max pool of
+    2 x 111 x 111 x 33 on Intel's CPU OpenCL, 0.75 ms on scalars."""
+    wide = replace(LLVM_CPU, vector_loops=True, vec_size=16)
+    streams = {"reduction_points": 4, "accumulator_bytes": 4, "streams": True}
+    assert choose_tiles((2, 55, 55, 33), wide, **streams) == (1, 1, 1, 48)
+    assert choose_tiles((2, 55, 55, 33), LLVM_CPU, **streams)[-1] == 33
+    assert choose_tiles((2, 55, 55, 100), wide, **streams)[-1] == 64
+    assert choose_tiles((2, 55, 55, 7), wide, **streams)[-1] == 7  # under one vector
+    pool = (
+        "function (I[N, H, W, C]) -> (O) { O[n, y, x, c: N, 5, 5, C] = "
+        ">(I[n, 2 * y + i, 2 * x + j, c]), i < 2, j < 2; }"
+    )
+    for c in (1, 17, 33, 65):
+        image = np.random.default_rng(c).standard_normal((2, 11, 11, c)).astype(np.float32)
+        want = image[:, :10, :10].reshape(2, 5, 2, 5, 2, c).max(axis=(2, 4))
+        np.testing.assert_array_equal(run_program(pool, {"I": image}, wide)["O"], want)
+        for device in SHIPPED:
+            np.testing.assert_array_equal(tile.run(pool, {"I": image}, device=device)["O"], want)
 
 
 @pytest.mark.parametrize("n", [1, 15, 63, 64, 65, 200, 1025])

@@ -218,6 +218,18 @@ def test_lane_loops_and_the_folds_halves_run_on_vectors() -> None:
     assert not any(isinstance(n, Lanes) for k in plain.kernels for n in walk(k.body))  # type: ignore[arg-type]
 
 
+def test_lanes_narrower_than_a_vector_read_memory_on_one() -> None:
+    """Rows of 19 run in 8 lanes, 32 rows a group (`tile.lower.tiles`): on a device of 16
+    lanes the accumulation takes one vector of 8, the last step counted; the fold stays
+    scalar. Intel's CPU OpenCL: a sum over the last axis of 57 x 39 x 90 x 19, 2.9 ms in
+    groups of one row, 0.49 in groups of 32 on vectors of 8 (AMD Zen 5)."""
+    text = _contraction_body(ROW_SUM, {"X": np.zeros((3000, 19), np.float32)}, 16)
+    step = "lanes8(acc, tr0 * 8 + lane) = lanes8(acc, tr0 * 8 + lane) + lanes8(in0, m * 19"
+    assert step in text, text
+    assert "float8 v = lanes8(in0, m_ * 19 + (k * 8 + lane), 3 - lane);" in text, text
+    assert "acc[tf0 * 8 + fold4] = acc[tf0 * 8 + fold4] + acc[tf0 * 8 + fold4 + 4];" in text
+
+
 def test_loops_whose_steps_depend_on_each_other_stay_scalar() -> None:
     """A loop is widened only where no step reads what another writes, and it writes private
     arrays only."""

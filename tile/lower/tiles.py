@@ -16,7 +16,9 @@ Current policy, deliberately simple (correctness first):
   `STREAM_VECTORS * vec_size` columns, so that each reduction step reads whole cache lines;
 * a reduction contiguous in every operand, which runs in `lanes` > 1 partial results per
   element (`tile.lower.contract`), computes one element per work-group: the lanes are its
-  vectors, and the operands have nothing to share between neighbouring elements;
+  vectors, and the operands have nothing to share between neighbouring elements; under
+  `settings.vector_loops` (an OpenCL CPU driver, which pays a call per group) short rows
+  share a group (`_lane_group`);
 * a kernel without reductions (elementwise, or a contraction that is a pure permutation)
   processes a strip of `4 * vec_size` contiguous elements per work-group, to amortise the
   per-group overhead (one element on a device without SIMD, `vec_size` 1); when an operand
@@ -88,6 +90,8 @@ def choose_tiles(
     """
     tiles = [1] * len(shape)
     if not shape or (reduction_points > 1 and lanes > 1):
+        if shape and lanes > 1 and settings.vector_loops:
+            _lane_group(shape, tiles, reduction_points, lanes, settings.goal_groups)
         return tuple(tiles)
     if reduction_points <= 1:
         if crosswise is not None and crosswise != len(shape) - 1 and settings.vec_size > 1:
@@ -110,6 +114,8 @@ def choose_tiles(
     columns = min(shape[-1], settings.vec_size)
     if streams:  # wider strips, while every core still gets work-groups
         wide = min(shape[-1], STREAM_VECTORS * settings.vec_size)
+        if settings.vector_loops and wide > settings.vec_size:  # whole vectors (`widen_lanes`)
+            wide = min(-(-wide // settings.vec_size) * settings.vec_size, wide * 2)
         others = 1
         for size in shape[:-1]:
             others *= size
@@ -142,6 +148,22 @@ def read_order(flat: FlatContraction | None, tiles: Sequence[int]) -> tuple[int,
         return order
     (crosswise, *_) = contiguous
     return (*(d for d in order if d != crosswise), crosswise)
+
+
+def _lane_group(
+    shape: Sequence[int], tiles: list[int], points: int, lanes: int, goal_groups: int
+) -> None:
+    """Grow the last tile (in place) of a reduction in lanes whose rows are short, doubling it
+    while a group reads under `GROUP_ELEMENTS` elements, its accumulators stay within the
+    generator's 256 (`lane_split`) and the grid keeps `goal_groups` groups."""
+    others = prod(shape[:-1])
+    while (
+        tiles[-1] * points < GROUP_ELEMENTS
+        and 2 * tiles[-1] * lanes <= 256
+        and 2 * tiles[-1] <= shape[-1]
+        and others * -(-shape[-1] // (2 * tiles[-1])) >= goal_groups
+    ):
+        tiles[-1] *= 2
 
 
 def _widen_group(shape: Sequence[int], tiles: list[int], goal_groups: int, width: int) -> None:
