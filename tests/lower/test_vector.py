@@ -15,7 +15,7 @@ from semtree.kernel import KernelKind
 from tests.lower.harness import LLVM_CPU, SCALAR, run_program, tiled
 from tile.lower import vector_blocks
 from tile.lower.generate import generate_program
-from tile.lower.vector import dividing_tile
+from tile.lower.vector_shape import dividing_tile
 
 MATMUL = "function (A[M, K], B[K, N]) -> (C) { C[m, n: M, N] = +(A[m, k] * B[k, n]); }"
 BMM = """function (A[G, M, K], B[G, K, N]) -> (C) {
@@ -279,21 +279,43 @@ def test_half_matmul_runs_on_vectors_in_float(m: int, k: int, n: int) -> None:
 @pytest.mark.parametrize(
     ("arguments", "chosen"),
     [
-        ((14, 6, 4, 16), (7, 3)),  # 18 rows padded to hold 14: 7 divides them
-        ((7, 6, 4, 16), (7, 3)),
-        ((10, 6, 4, 16), (5, 4)),
-        ((56, 6, 4, 16), (6, 4)),  # 60 rows for 56: within a tenth
-        ((13, 6, 4, 16), (6, 4)),  # nothing near 6 divides 13
-        ((14, 6, 2, 8), (6, 2)),  # 7 rows of 1 vector: too narrow
-        ((18, 8, 3, 16), (9, 2)),  # 24 rows for 18: 9 x 2, the nearest divisor first
-        ((10, 6, 2, 4), (5, 2)),  # 16 registers: 5 x 2 and 2 vectors of B fit
+        ((14, 4, 6, 4, 16), (7, 3)),  # 18 rows padded to hold 14: 7 divides them
+        ((7, 4, 6, 4, 16), (7, 3)),
+        ((10, 4, 6, 4, 16), (5, 4)),
+        ((56, 4, 6, 4, 16), (6, 4)),  # 60 rows for 56: within a tenth
+        ((13, 4, 6, 4, 16), (6, 4)),  # nothing near 6 divides 13
+        ((14, 4, 6, 2, 8), (6, 2)),  # 7 rows of 1 vector: too narrow
+        ((18, 4, 8, 3, 16), (9, 2)),  # 24 rows for 18: 9 x 2, the nearest divisor first
+        ((10, 4, 6, 2, 4), (5, 2)),  # 16 registers: 5 x 2 and 2 vectors of B fit
+        ((120, 5, 6, 4, 16), (4, 5)),  # 8 vectors for 5 columns: 4 x 5
+        ((120, 6, 6, 4, 16), (8, 3)),  # 8 for 6: 5 does not divide 6, 3 does
+        ((120, 9, 6, 4, 16), (8, 3)),  # 12 for 9
+        ((120, 7, 6, 4, 16), (6, 4)),  # 8 for 7: within a fifth
+        ((120, 10, 6, 4, 16), (6, 4)),  # 12 for 10: within a fifth
+        ((120, 3, 6, 4, 16), (6, 4)),  # under one tile (clamped later)
+        ((13, 5, 6, 4, 16), (4, 5)),  # no rows divide 13: the columns still may
+        ((14, 5, 6, 4, 16), (7, 3)),  # rows first
+        ((120, 5, 6, 2, 4), (6, 2)),  # 6 vectors of 4 for 5: within a fifth
     ],
 )
-def test_register_tiles_divide_few_rows(
-    arguments: tuple[int, int, int, int], chosen: tuple[int, int]
+def test_register_tiles_divide_few_rows_or_columns(
+    arguments: tuple[int, int, int, int, int], chosen: tuple[int, int]
 ) -> None:
-    """(rows, vectors) for (size, rows, vectors, width)."""
+    """(rows, vectors) for (size, columns in vectors, rows, vectors, width)."""
     assert dividing_tile(*arguments) == chosen
+
+
+@pytest.mark.parametrize("n", [65, 81, 144, 33])
+def test_columns_in_tiles_that_divide_them(n: int) -> None:
+    """Products 65, 81 and 144 wide: 5, 6 and 9 vectors of 16 in tiles of 5 and 3 vectors, not
+    4 with a last tile mostly empty; results against numpy."""
+    a, b = rand(4, 120, 37), rand(4, 37, n, seed=1)
+    (kernel,) = vector_kernels(BMM, LLVM_CPU, {"A": a, "B": b})
+    rows, vectors = {65: (4, 5), 81: (8, 3), 144: (8, 3), 33: (6, 3)}[n]
+    assert f"acc[{rows * vectors}]" in str(kernel.body) and f"it * {rows} + r" in str(kernel.body)
+    got = run_program(BMM, {"A": a, "B": b}, LLVM_CPU)["C"]
+    want = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("m", [7, 14, 21, 10])

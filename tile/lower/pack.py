@@ -52,7 +52,7 @@ from tile.lower.flatten import row_major
 from tile.lower.fuse import KernelPlan, PlanKind
 from tile.lower.kernel import ProgramContext, product
 from tile.lower.split import Split, with_temporary
-from tile.lower.vector import vector_shape
+from tile.lower.vector_shape import vector_shape
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -36,7 +36,7 @@ from tile.lower.fuse import KernelPlan, PlanKind
 from tile.lower.kernel import product
 from tile.lower.pack import float32_product, pack_operand
 from tile.lower.split import Split, with_temporary
-from tile.lower.vector import vector_shape
+from tile.lower.vector_shape import vector_shape
 
 if TYPE_CHECKING:
     from semtree.kernel import HardwareSettings

@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from tile.lower.vector import model_tile, tile_shapes, vector_shape
+from tile.lower.vector_shape import model_tile, tile_shapes, vector_shape
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
