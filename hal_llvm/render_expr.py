@@ -1,9 +1,8 @@
 """Semtree expressions and lvalues in LLVM IR: the expression half of the LLVM renderer.
 
-Place in the pipeline: `render.py` walks a kernel's statements and hands every expression,
-load and store to `ExpressionEmitter`, which emits it at the builder's position. Types and
-the conversions between them follow `semtree.typing` to the letter (design 4.4), so
-the kernel computes what `tests/reference.py` computes:
+`render.py` walks a kernel's statements and hands every expression, load and store to
+`ExpressionEmitter`, which emits it at the builder's position. Types and conversions follow
+`semtree.typing` to the letter (design 4.4): the kernel computes what `tests/reference.py` does:
 
 - every operation converts its operands to `operand_type(...)` first (weak literals become
   constants of that type directly) and produces `result_type(...)`;
@@ -253,9 +252,11 @@ class ExpressionEmitter(Converter):
         count = self.index(ref.count)
         address, mask = self.address(ref, count), lane_mask(self.builder, count, ref.width)
         access = (self.builder, self.declarations, address.pointer, address.alignment or 1, mask)
-        if value is None:
-            return masked_load(*access, memory_type(address.type))
-        return masked_store(*access, value)
+        if value is not None:
+            return masked_store(*access, value)
+        stored = self.lvalue_type(ref)  # the lanes past the edge: a reduction's identity, or 0
+        fill = ref.fill and self.to_memory(self.prepared(ref.fill, self.value_type(stored)), stored)
+        return masked_load(*access, memory_type(address.type), fill)
 
     def _alignment(self, base: LValue, element: Type) -> int:
         """The alignment of a buffer element: a subscript of an aligned parameter in units

@@ -46,11 +46,13 @@ def masked_load(
     alignment: int,
     mask: ir.Value,
     vector: ir.Type,
+    others: ir.Value | None = None,
 ) -> ir.Value:
-    """The lanes of `mask` read from `pointer`, 0 in the others."""
+    """The lanes of `mask` read from `pointer`, those of `others` (0 without) in the others."""
     name = f"llvm.masked.load.{intrinsic_suffix(vector)}.p0"
     function = declarations.function(name, vector, [pointer.type, I32, mask.type, vector])
-    arguments = [pointer, ir.Constant(I32, alignment), mask, ir.Constant(vector, None)]
+    others = ir.Constant(vector, None) if others is None else others
+    arguments = [pointer, ir.Constant(I32, alignment), mask, others]
     return builder.call(function, arguments)
 
 

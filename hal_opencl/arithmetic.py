@@ -440,3 +440,53 @@ def half_to_float(width: int, helpers: Helpers) -> str:
         ]
     )
     return helpers.use(name, source)
+
+
+def counted_lanes(
+    at: str,
+    count: str,
+    dtype: DType,
+    width: int,
+    space: str,
+    helpers: Helpers,
+    value: str | None = None,
+    fill: str | None = None,
+) -> str:
+    """A load (`value` None) of lanes [0, count) of the `width` elements of `dtype` at pointer
+    `at` in address space `space`, `fill` (0 without) in the others, or the statement storing
+    those lanes of `value`; through a helper of the program that touches no other element."""
+    scalar, vector = vector_name(dtype), vector_name(dtype, width)
+    unaligned = helpers.unaligned(vector, dtype.itemsize)
+    prefix = f"{space} " if space else ""
+    name = f"tile_lanes_{'load' if value is None else 'store'}{width}_"
+    name += f"{space.strip('_') or 'private'}_{scalar}"
+    if value is None:
+        others, padding, parameter, argument = "0", f"({scalar})0", "", ""
+        if fill is not None:  # a reduction's identity in the lanes past the edge
+            name, others, padding, parameter = f"{name}_or", "fill", "fill", f", {scalar} fill"
+            argument = f", {fill}"
+        lines = [
+            f"// lanes [0, n) of the {width} elements at p, {others} in the others, read alone",
+            f"{vector} {name}(const {prefix}{scalar}* p, int n{parameter}) {{",
+            f"  if (n >= {width}) return *(const {prefix}{unaligned}*)p;",
+            f"  {scalar} lanes[{width}];",
+            f"  for (int i = 0; i < {width}; i++) lanes[i] = i < n ? p[i] : {padding};",
+            f"  return *({unaligned}*)lanes;",
+            "}",
+        ]
+        helpers.use(name, "\n".join(lines))
+        return f"{name}({at}, {count}{argument})"
+    lines = [
+        "// lanes [0, n) of x stored at p; the other elements untouched",
+        f"void {name}({prefix}{scalar}* p, int n, {vector} x) {{",
+        f"  if (n >= {width}) {{",
+        f"    *({prefix}{unaligned}*)p = x;",
+        "    return;",
+        "  }",
+        f"  {scalar} lanes[{width}];",
+        f"  *({unaligned}*)lanes = x;",
+        f"  for (int i = 0; i < {width} && i < n; i++) p[i] = lanes[i];",
+        "}",
+    ]
+    helpers.use(name, "\n".join(lines))
+    return f"{name}({at}, {count}, {value});"

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from hal_opencl.arithmetic import (
     PRECEDENCE,
     call,
+    counted_lanes,
     float_to_half,
     half_load,
     half_to_float,
@@ -166,6 +167,8 @@ class ExpressionRenderer(CPrinter):
             # Half without native support: the lanes' bits, through the program's conversions.
             const = "const " if value is None else ""
             pointer, dtype = f"(({prefix}{const}ushort*)({pointer}))", DType.UINT16
+            if ref.fill is not None:
+                raise UnsupportedNode(ref)  # the fill would be bits
             if value is None:
                 bits = self._lanes(ref, space, pointer, offset, dtype, None)
                 return f"{half_to_float(width, self.helpers)}({bits})"
@@ -184,35 +187,10 @@ class ExpressionRenderer(CPrinter):
             const = "const " if value is None else ""
             access = f"*({prefix}{const}{unaligned}*)({pointer} + ({offset}))"
             return access if value is None else f"{access} = {value};"
-        action = "load" if value is None else "store"
-        name = f"tile_lanes_{action}{width}_{space.strip('_') or 'private'}_{scalar}"
         count = self.value(ref.count).code
-        if value is None:
-            lines = [
-                f"// lanes [0, n) of the {width} elements at p, 0 in the others, read alone",
-                f"{vector} {name}(const {prefix}{scalar}* p, int n) {{",
-                f"  if (n >= {width}) return *(const {prefix}{unaligned}*)p;",
-                f"  {scalar} lanes[{width}];",
-                f"  for (int i = 0; i < {width}; i++) lanes[i] = i < n ? p[i] : ({scalar})0;",
-                f"  return *({unaligned}*)lanes;",
-                "}",
-            ]
-            self.helpers.use(name, "\n".join(lines))
-            return f"{name}({pointer} + ({offset}), {count})"
-        lines = [
-            "// lanes [0, n) of x stored at p; the other elements untouched",
-            f"void {name}({prefix}{scalar}* p, int n, {vector} x) {{",
-            f"  if (n >= {width}) {{",
-            f"    *({prefix}{unaligned}*)p = x;",
-            "    return;",
-            "  }",
-            f"  {scalar} lanes[{width}];",
-            f"  *({unaligned}*)lanes = x;",
-            f"  for (int i = 0; i < {width} && i < n; i++) p[i] = lanes[i];",
-            "}",
-        ]
-        self.helpers.use(name, "\n".join(lines))
-        return f"{name}({pointer} + ({offset}), {count}, {value});"
+        fill = None if ref.fill is None else f"({scalar})({self.value(ref.fill).code})"
+        at = f"{pointer} + ({offset})"
+        return counted_lanes(at, count, dtype, width, space, self.helpers, value, fill)
 
     def load(self, ref: LValue) -> Text:
         declared = lvalue_type(ref, self.scope, self.native_fp16)

@@ -233,10 +233,20 @@ def var(name: str) -> Var:
     return Var(Lookup(name))
 
 
-def lanes(pointer: Var, offset: ExprLike, width: int, count: ExprLike | None = None) -> Var:
+def lanes(
+    pointer: Var,
+    offset: ExprLike,
+    width: int,
+    count: ExprLike | None = None,
+    fill: ExprLike | None = None,
+) -> Var:
     """`width` elements of the scalar pointer `pointer` from element `offset`, as one vector;
-    only the first `count` accessed when given (`semtree.nodes.Lanes`)."""
-    return Var(Lanes(pointer.ref, expr(offset), width, None if count is None else expr(count)))
+    only the first `count` accessed when given, a load giving `fill` (else 0) in the others
+    (`semtree.nodes.Lanes`)."""
+    counted = None if count is None else expr(count)
+    return Var(
+        Lanes(pointer.ref, expr(offset), width, counted, None if fill is None else expr(fill))
+    )
 
 
 def const(value: int | float | bool, dtype: DType | None = None) -> Value:

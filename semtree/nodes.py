@@ -200,19 +200,23 @@ class Subscript(LValue):
 class Lanes(LValue):
     """`width` consecutive elements of the scalar pointer or private array `base`, from element
     `offset`, as one vector, aligned only as a scalar is: a vector at any element of a buffer.
-    With `count`, only the lanes before `count` are accessed (a ragged edge: a load gives 0 in
-    the others, a store leaves them; neither touches their memory; `count` <= 0 accesses
-    nothing)."""
+    With `count`, only the lanes before `count` are accessed (a ragged edge: a load gives
+    `fill` in the others, 0 without one, a store leaves them; neither touches their memory;
+    `count` <= 0 accesses nothing). `fill`: a scalar of the element type (a reduction's
+    identity, where the lanes past the edge are folded into the result)."""
 
     base: LValue
     offset: Expr
     width: int
     count: Expr | None = None
+    fill: Expr | None = None
 
     def __post_init__(self) -> None:
         _normalise(self)
         if self.width not in LANE_WIDTHS:
             raise SemtreeTypeError(f"lanes of width {self.width}: not one of {LANE_WIDTHS}")
+        if self.fill is not None and self.count is None:
+            raise SemtreeTypeError("lanes with a fill need a count (the lanes it fills)")
 
 
 LANE_WIDTHS = (2, 4, 8, 16)

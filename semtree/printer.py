@@ -360,8 +360,9 @@ class CPrinter:
                 return name
             case Subscript(base, offset):
                 return f"{self.lvalue(base)}[{self.expr(offset)}]"
-            case Lanes(base, offset, width, count):
+            case Lanes(base, offset, width, count, fill):
                 last = "" if count is None else f", {self.expr(count)}"
+                last += "" if fill is None else f", {self.expr(fill)}"
                 return f"lanes{width}({self.lvalue(base)}, {self.expr(offset)}{last})"
             case _:
                 raise UnsupportedNode(ref)

@@ -208,7 +208,7 @@ def lvalue_type(ref: LValue, scope: Scope, native_fp16: bool) -> Type:
             if not offset_type.is_integer or offset_type.is_vector:
                 raise SemtreeTypeError(f"{ref}: subscript of type {offset_type}")
             return base_type.element()
-        case Lanes(base, offset, width, count):
+        case Lanes(base, offset, width, count, fill):
             base_type = lvalue_type(base, scope, native_fp16)
             private = base_type.is_array and not base_type.base_is_pointer
             if not (base_type.is_pointer or private) or base_type.vec_width != 1:
@@ -221,6 +221,8 @@ def lvalue_type(ref: LValue, scope: Scope, native_fp16: bool) -> Type:
                 index_type = INDEX if index is None else type_of(index, scope, native_fp16)
                 if not index_type.is_integer or index_type.is_vector:
                     raise SemtreeTypeError(f"{ref}: {what} of type {index_type}")
+            if fill is not None and type_of(fill, scope, native_fp16).is_vector:
+                raise SemtreeTypeError(f"{ref}: a fill of lanes must be a scalar")
             assert base_type.dtype is not None
             return Type.value(base_type.dtype, width)
         case _:

@@ -144,6 +144,7 @@ class Address:
     offset: np.ndarray  # (items,) first column of the element
     type: Type  # the lvalue's declared type
     count: np.ndarray | None = None  # (items,) lanes accessed (a `Lanes` with a count)
+    fill: Value | None = None  # what a counted load gives in the other lanes (0 without)
 
     @property
     def lanes(self) -> int:
@@ -348,17 +349,21 @@ class Machine:
                 assert isinstance(pointer, Pointer)
                 start = pointer.offset + index * element.vec_width
                 return Address(pointer.target, start, element)
-            case Lanes(base, offset, _, count):
+            case Lanes(base, offset, _, count, fill):
                 element = lvalue_type(ref, _TypeView(self.env), self.native_fp16)
                 lanes = None if count is None else self.index(count, mask)
+                others = None
+                if fill is not None:
+                    value, type_ = self.evaluate(fill, mask)
+                    others = self.convert(value, type_, element.scalar(), mask)
                 outer = self.address(base, mask)
                 if outer.type.is_array:  # lanes of a private array
                     start = outer.offset + self.index(offset, mask)
-                    return Address(outer.storage, start, element, lanes)
+                    return Address(outer.storage, start, element, lanes, others)
                 pointer = self.read(outer, mask)
                 assert isinstance(pointer, Pointer)
                 start = pointer.offset + self.index(offset, mask)
-                return Address(pointer.target, start, element, lanes)
+                return Address(pointer.target, start, element, lanes, others)
             case _:
                 raise UnsupportedNode(ref)
 
@@ -399,7 +404,8 @@ class Machine:
             self.note_access(storage, rows, columns, mask, write=False)
         raw = storage.data[rows, columns]
         if address.count is not None:
-            raw = np.where(self.active(address), raw, np.zeros((), raw.dtype))
+            others = np.zeros((), raw.dtype) if address.fill is None else address.fill
+            raw = np.where(self.active(address), raw, others)
         if address.type.base_is_pointer:
             if storage.target is None:
                 raise InterpreterError(f"pointer {storage.name} is used before it is set")

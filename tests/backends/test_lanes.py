@@ -16,7 +16,7 @@ import pytest
 
 import hal
 from semtree import builder as sb
-from semtree.nodes import Param
+from semtree.nodes import Param, SemtreeTypeError
 from semtree.types import DType, Type, TypeBase
 from tests.opencl.harness import check_against_reference, kernel, kernel_list
 from tests.shipped import SHIPPED, require_opencl
@@ -93,6 +93,35 @@ def test_counted_loads_zero_the_lanes_they_skip(device_id: str, width: int) -> N
         count = min(max(g - 2, 0), width)
         want[g, :count] = values[g : g + count]
     np.testing.assert_array_equal(got.reshape(items, width), want)
+
+
+def _filled_loads(width: int, fill: float) -> sb.Function:
+    """As `_counted_loads`, the lanes past the count given `fill` (a reduction's identity)."""
+    group = sb.global_id(0)
+    load = sb.lanes(sb.var("src"), group, width, group - 2, sb.const(fill, F32))
+    body = [sb.assign(sb.lanes(sb.var("dst"), group * width, width), load)]
+    params = [Param("dst", Type.ptr(F32, 1)), Param("src", Type.ptr(F32, 1, const=True))]
+    return sb.function(f"filled_loads_{width}", params, body)
+
+
+@pytest.mark.parametrize(("device_id", "width"), CASES)
+@pytest.mark.parametrize("fill", [-np.inf, np.inf, 2.5])
+def test_counted_loads_fill_the_lanes_they_skip(device_id: str, width: int, fill: float) -> None:
+    device = _hal_device(device_id)
+    items = width + 4
+    info = kernel(_filled_loads(width, fill), {"dst": items * width, "src": 2 * items}, (items,))
+    values = np.arange(1, 2 * items + 1, dtype=np.float32)
+    got = check_against_reference(device, kernel_list(info), {"src": values})["dst"]
+    want = np.full((items, width), fill, np.float32)
+    for g in range(items):
+        count = min(max(g - 2, 0), width)
+        want[g, :count] = values[g : g + count]
+    np.testing.assert_array_equal(got.reshape(items, width), want)
+
+
+def test_a_fill_needs_a_counted_access() -> None:
+    with pytest.raises(SemtreeTypeError, match="fill need a count"):
+        sb.lanes(sb.var("src"), 0, 4, None, 1.0)
 
 
 def _private_lanes(width: int) -> sb.Function:

@@ -1,5 +1,5 @@
 """Contractions whose innermost tile is one vector that sticks out of the shape
-(`tile.lower.widen.ragged_vector`): a column sum of 102 columns in tiles of 16. On llvm_cpu.0
+(`tile.lower.tiles.ragged_vector`): a column sum of 102 columns in tiles of 16. On llvm_cpu.0
 they run on vectors, the last one masked (`widen_lanes`); before, LLVM unrolled the padded
 tile loop and loaded every element on its own behind a branch (2-4x slower).
 
@@ -27,7 +27,7 @@ from tests.lower.harness import LLVM_CPU, run_program
 from tests.lower.test_flatten import flat_of
 from tests.shipped import SHIPPED, shipped_devices
 from tile.lower.generate import generate_program
-from tile.lower.widen import ragged_vector
+from tile.lower.tiles import ragged_vector
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

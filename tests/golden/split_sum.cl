@@ -7,55 +7,49 @@ typedef float8 tile_unaligned_float8 __attribute__((aligned(4)));
 //   reduce  i: 128
 //   _P0  offset 0  strides p: 1
 //   X    offset 0  strides p: 128  i: 1
-// tile_0_part: contraction, global (16, 1, 1), local (1, 1, 1)
+// tile_0_part: contraction, global (8, 1, 1), local (1, 1, 1)
 __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void tile_0_part(__global float* restrict out0, __global const float* restrict in0) {
   int group = (int)get_group_id(0);
-  int base0 = group;
-  float acc[64];
-  #pragma unroll
-  for (int acc_fill = 0; acc_fill < 64; acc_fill += 1) acc[acc_fill] = 0.0f;
-  #pragma unroll
+  int base0 = group * 2;
+  float acc_row[1][128];
+  float* acc = acc_row[0];
+  for (int acc_fill = 0; acc_fill < 128; acc_fill += 1) acc[acc_fill] = 0.0f;
   for (int i = 0; i < 2; i += 1) {
-    int p = base0;
-    #pragma unroll
-    for (int lane_vector = 0; lane_vector < 8; lane_vector += 1) {
-      int lane = lane_vector * 8;
-      *(tile_unaligned_float8*)(acc + (lane)) = *(const tile_unaligned_float8*)(acc + (lane)) + *(__global const tile_unaligned_float8*)(in0 + (p * 128 + (i * 64 + lane)));
+    for (int tr0 = 0; tr0 < 2; tr0 += 1) {
+      int p = base0 + tr0;
+      for (int lane_vector = 0; lane_vector < 8; lane_vector += 1) {
+        int lane = lane_vector * 8;
+        *(tile_unaligned_float8*)(acc + (tr0 * 64 + lane)) = *(const tile_unaligned_float8*)(acc + (tr0 * 64 + lane)) + *(__global const tile_unaligned_float8*)(in0 + (p * 128 + (i * 64 + lane)));
+      }
     }
   }
-  {
-    int p_ = base0;
-    #pragma unroll
+  for (int tf0 = 0; tf0 < 2; tf0 += 1) {
+    int p_ = base0 + tf0;
     for (int fold32_vector = 0; fold32_vector < 4; fold32_vector += 1) {
       int fold32 = fold32_vector * 8;
-      *(tile_unaligned_float8*)(acc + (fold32)) = *(const tile_unaligned_float8*)(acc + (fold32)) + *(const tile_unaligned_float8*)(acc + (fold32 + 32));
+      *(tile_unaligned_float8*)(acc + (tf0 * 64 + fold32)) = *(const tile_unaligned_float8*)(acc + (tf0 * 64 + fold32)) + *(const tile_unaligned_float8*)(acc + (tf0 * 64 + fold32 + 32));
     }
-    #pragma unroll
     for (int fold16_vector = 0; fold16_vector < 2; fold16_vector += 1) {
       int fold16 = fold16_vector * 8;
-      *(tile_unaligned_float8*)(acc + (fold16)) = *(const tile_unaligned_float8*)(acc + (fold16)) + *(const tile_unaligned_float8*)(acc + (fold16 + 16));
+      *(tile_unaligned_float8*)(acc + (tf0 * 64 + fold16)) = *(const tile_unaligned_float8*)(acc + (tf0 * 64 + fold16)) + *(const tile_unaligned_float8*)(acc + (tf0 * 64 + fold16 + 16));
     }
-    #pragma unroll
     for (int fold8_vector = 0; fold8_vector < 1; fold8_vector += 1) {
       int fold8 = fold8_vector * 8;
-      *(tile_unaligned_float8*)(acc + (fold8)) = *(const tile_unaligned_float8*)(acc + (fold8)) + *(const tile_unaligned_float8*)(acc + (fold8 + 8));
+      *(tile_unaligned_float8*)(acc + (tf0 * 64 + fold8)) = *(const tile_unaligned_float8*)(acc + (tf0 * 64 + fold8)) + *(const tile_unaligned_float8*)(acc + (tf0 * 64 + fold8 + 8));
     }
-    #pragma unroll
     for (int fold4 = 0; fold4 < 4; fold4 += 1) {
-      acc[fold4] = acc[fold4] + acc[fold4 + 4];
+      acc[tf0 * 64 + fold4] = acc[tf0 * 64 + fold4] + acc[tf0 * 64 + fold4 + 4];
     }
-    #pragma unroll
     for (int fold2 = 0; fold2 < 2; fold2 += 1) {
-      acc[fold2] = acc[fold2] + acc[fold2 + 2];
+      acc[tf0 * 64 + fold2] = acc[tf0 * 64 + fold2] + acc[tf0 * 64 + fold2 + 2];
     }
-    #pragma unroll
     for (int fold1 = 0; fold1 < 1; fold1 += 1) {
-      acc[fold1] = acc[fold1] + acc[fold1 + 1];
+      acc[tf0 * 64 + fold1] = acc[tf0 * 64 + fold1] + acc[tf0 * 64 + fold1 + 1];
     }
   }
-  {
-    int p__ = base0;
-    float v_P0 = acc[0];
+  for (int tw0 = 0; tw0 < 2; tw0 += 1) {
+    int p__ = base0 + tw0;
+    float v_P0 = acc[tw0 * 64];
     out0[p__] = v_P0;
   }
 }

@@ -60,9 +60,9 @@ from tile.lower.accumulators import accumulator_dtype, identity_is_unwritten, la
 from tile.lower.flatten import row_major
 from tile.lower.kernel import Grid, KernelWriter, RowLoop, affine, conjunction, fused_value, product
 from tile.lower.ops import Typed, combine, constant, convert, identity, zero
-from tile.lower.tiles import read_order
+from tile.lower.tiles import ragged_vector, read_order
 from tile.lower.transpose import with_blocks
-from tile.lower.widen import ragged_vector, widen, widen_lanes
+from tile.lower.widen import widen, widen_lanes
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

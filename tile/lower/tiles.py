@@ -37,6 +37,9 @@ from __future__ import annotations
 from math import prod
 from typing import TYPE_CHECKING
 
+from semtree.nodes import LANE_WIDTHS
+from tile.lower.widen import LANE_TYPES
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -186,3 +189,39 @@ def _widen_group(shape: Sequence[int], tiles: list[int], goal_groups: int, width
             if groups() < goal_groups:
                 tiles[axis] = before
                 return
+
+
+def ragged_vector(
+    flat: FlatContraction,
+    shape: Sequence[int],
+    tiles: Sequence[int],
+    order: Sequence[int],
+    settings: HardwareSettings,
+) -> bool:
+    """Whether a contraction's innermost tile loop, the last of the read `order`, is one
+    vector of the device's width whose last tile sticks out of the `shape`, along which every
+    operand is read contiguously or not at all (so that `widen_lanes` widens the
+    accumulation), on a device that vectorizes loops itself (no `vector_loops`).
+
+    LLVM 22 unrolls such a loop whole and leaves its padded loads scalar, a branch each: a
+    column sum of 26460 x 102 in tiles of 16 took 0.42 ms, 0.17 on vectors (the last one
+    masked); 200000 x 17, 0.84 and 0.24 (AMD Zen 5; AVX2 code, tiles of 8, likewise). Not
+    otherwise: longer tiles LLVM's loop vectorizer writes with masked loads itself (widened,
+    a depthwise 3 x 3 over 97 channels in tiles of 64 ran 3.5x slower, its accumulators on
+    the stack); and where the reads are strided the guarded scalar loop that would replace
+    the padded one is slower still (a sum of 2 x 17 x 1346 x 4 over all but axis 2: 0.04 ms
+    padded, 0.55 guarded)."""
+    if settings.vector_loops or not order or settings.vec_size not in LANE_WIDTHS:
+        return False
+    last = order[-1]
+    if tiles[last] != settings.vec_size or not shape[last] % tiles[last]:
+        return False
+    if flat.derived or any(c.lhs[last] for c in flat.constraints):  # per-lane guards
+        return False
+    if (
+        any(a.dtype not in LANE_TYPES or a.panel for a in flat.access)
+        or flat.dtype not in LANE_TYPES
+    ):
+        return False
+    strides = {access.strides[last] for access in flat.operands}
+    return 1 in strides and strides <= {0, 1}

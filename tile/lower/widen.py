@@ -58,9 +58,7 @@ from semtree.types import DType, Type
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from semtree.kernel import HardwareSettings
     from semtree.nodes import Expr, Function, Node
-    from tile.lower.flat import FlatContraction
 
 # Lanes of 8- to 32-bit numbers only: Lanes cannot access boolean memory, and PoCL 3.0
 # (LLVM 14) aborts the process compiling some builtins on vectors of doubles (`tanh(double8)`:
@@ -89,42 +87,6 @@ def widen(function: Function, width: int) -> Function | None:
     except _RefusedError:
         return None
     return None if body is function.body else replace(function, body=body)
-
-
-def ragged_vector(
-    flat: FlatContraction,
-    shape: Sequence[int],
-    tiles: Sequence[int],
-    order: Sequence[int],
-    settings: HardwareSettings,
-) -> bool:
-    """Whether a contraction's innermost tile loop, the last of the read `order`, is one
-    vector of the device's width whose last tile sticks out of the `shape`, along which every
-    operand is read contiguously or not at all (so that `widen_lanes` widens the
-    accumulation), on a device that vectorizes loops itself (no `vector_loops`).
-
-    LLVM 22 unrolls such a loop whole and leaves its padded loads scalar, a branch each: a
-    column sum of 26460 x 102 in tiles of 16 took 0.42 ms, 0.17 on vectors (the last one
-    masked); 200000 x 17, 0.84 and 0.24 (AMD Zen 5; AVX2 code, tiles of 8, likewise). Not
-    otherwise: longer tiles LLVM's loop vectorizer writes with masked loads itself (widened,
-    a depthwise 3 x 3 over 97 channels in tiles of 64 ran 3.5x slower, its accumulators on
-    the stack); and where the reads are strided the guarded scalar loop that would replace
-    the padded one is slower still (a sum of 2 x 17 x 1346 x 4 over all but axis 2: 0.04 ms
-    padded, 0.55 guarded)."""
-    if settings.vector_loops or not order or settings.vec_size not in LANE_WIDTHS:
-        return False
-    last = order[-1]
-    if tiles[last] != settings.vec_size or not shape[last] % tiles[last]:
-        return False
-    if flat.derived or any(c.lhs[last] for c in flat.constraints):  # per-lane guards
-        return False
-    if (
-        any(a.dtype not in LANE_TYPES or a.panel for a in flat.access)
-        or flat.dtype not in LANE_TYPES
-    ):
-        return False
-    strides = {access.strides[last] for access in flat.operands}
-    return 1 in strides and strides <= {0, 1}
 
 
 def widen_lanes(function: Function, width: int) -> Function:
@@ -189,8 +151,8 @@ def _steps(
     around the statements or around a padded value, `tile.lower.contract`) becomes a count of
     the lanes that read and write memory: the others belong to elements past the shape, whose
     accumulators are never stored. The last step of a reduction in lanes pads its other lanes
-    with the identity, which they then fold into the result: counted (zeroed) lanes stand for
-    it only where it is 0 (a sum)."""
+    with the identity, which they then fold into the result: its counted loads give the
+    identity there (`Lanes.fill`, where it is not 0)."""
     body = list(stmts)
     start: Expr = Load(Lookup(var))
     tile = bool(body) and isinstance(body[0], Declare) and body[0].type.is_index
@@ -206,6 +168,7 @@ def _steps(
         body = [rewrite(s, lambda n: start if n == coordinate else None) for s in body]  # type: ignore[misc]
     shared: Expr | None = None  # a guard every step shares (a padding's, tiled along another axis)
     lanes: Expr | None = None
+    fill: Expr | None = None  # the identity of a reduction in lanes, where not 0
     for _ in range(2):  # the two guards nest either way round
         match body:
             case [If(condition, Block(then), None)] if shared is None and not _mentions(
@@ -224,9 +187,10 @@ def _steps(
                     None,
                 ),
                 *rest,
-            ] if lanes is None and bound == start and name == value and (tile or _is_zero(pad)):
+            ] if lanes is None and bound == start and name == value and pad is not None:
                 body = [replace(padded, init=read), *rest]
                 lanes = Binary(BinOp.SUB, IntConst(size), start)
+                fill = None if tile or _is_zero(pad) else pad
     if not all(isinstance(s, Store | Declare) for s in body) or not _independent(
         body, var, count, pointers
     ):
@@ -239,6 +203,16 @@ def _steps(
     stores = [s for s in widened.stmts if isinstance(s, Store)]
     if not all(widener.varies(s.value) for s in stores):
         return None  # a value for every lane: nothing to gain
+    if fill is not None:  # the padded value's loads fill the identity; no other load is counted
+        counted = [n for n in walk(widened) if isinstance(n, Lanes) and n.count is not None]
+        if any(pointers[_name(n)].dtype is DType.FLOAT16 for n in counted):
+            return None  # half bits: the renderers fill no identity in them
+        first = widened.stmts[0]
+        inside = {id(n) for n in walk(first)}
+        if any(id(n) not in inside and not pointers[_name(n)].is_array for n in counted):
+            return None
+        first = rewrite(first, lambda n: replace(n, fill=fill) if n in counted else None)  # type: ignore[arg-type]
+        widened = Block((first, *widened.stmts[1:]))  # type: ignore[arg-type]
 
     def whole(node: Node) -> Node | None:  # a private array's lanes are all inside it
         if isinstance(node, Lanes) and node.count is not None and pointers[_name(node)].is_array:
