@@ -137,14 +137,18 @@ def test_streaming_reductions_get_wide_strips() -> None:
 
 
 def test_streaming_strips_are_whole_vectors_under_vector_loops() -> None:
-    """Under `vector_loops` a strip past a row is a whole number of vectors (33 channels: 48,
-    the last vector counted), so that `widen_lanes` writes it on vectors: a 2 x 2 max pool of
-    2 x 111 x 111 x 33 on Intel's CPU OpenCL, 0.75 ms on scalars."""
+    """Under `vector_loops` a strip is a whole number of vectors (33 channels: 48, the last
+    vector counted), so that `widen_lanes` writes it on vectors, and a row's strips hold as
+    many vectors as they can alike (80 columns: 48 + 32, not 64 + 16): a 2 x 2 max pool of
+    2 x 111 x 111 x 33 on Intel's CPU OpenCL, 0.75 ms on scalars, 0.19 on vectors."""
     wide = replace(LLVM_CPU, vector_loops=True, vec_size=16)
     streams = {"reduction_points": 4, "accumulator_bytes": 4, "streams": True}
     assert choose_tiles((2, 55, 55, 33), wide, **streams) == (1, 1, 1, 48)
     assert choose_tiles((2, 55, 55, 33), LLVM_CPU, **streams)[-1] == 33
-    assert choose_tiles((2, 55, 55, 100), wide, **streams)[-1] == 64
+    assert choose_tiles((2, 55, 55, 100), wide, **streams)[-1] == 64  # 7 vectors: 4 + 3
+    assert choose_tiles((2, 55, 55, 80), wide, **streams)[-1] == 48  # 5 vectors: 3 + 2
+    assert choose_tiles((2, 55, 55, 1000), wide, **streams)[-1] == 64
+    assert choose_tiles((1, 300), wide, **streams)[-1] == 32  # every core keeps its groups
     assert choose_tiles((2, 55, 55, 7), wide, **streams)[-1] == 7  # under one vector
     pool = (
         "function (I[N, H, W, C]) -> (O) { O[n, y, x, c: N, 5, 5, C] = "

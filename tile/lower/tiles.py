@@ -117,13 +117,12 @@ def choose_tiles(
     columns = min(shape[-1], settings.vec_size)
     if streams:  # wider strips, while every core still gets work-groups
         wide = min(shape[-1], STREAM_VECTORS * settings.vec_size)
-        if settings.vector_loops and wide > settings.vec_size:  # whole vectors (`widen_lanes`)
-            wide = min(-(-wide // settings.vec_size) * settings.vec_size, wide * 2)
-        others = 1
-        for size in shape[:-1]:
-            others *= size
+        others = prod(shape[:-1])
         while wide > columns and others * -(-shape[-1] // wide) < settings.goal_groups:
             wide //= 2
+        if settings.vector_loops and wide > settings.vec_size:  # whole vectors (`widen_lanes`)
+            vectors, most = -(-shape[-1] // settings.vec_size), -(-wide // settings.vec_size)
+            wide = -(-vectors // -(-vectors // most)) * settings.vec_size  # strips alike
         columns = max(columns, wide)
     tiles[-1] = columns
     if len(shape) >= 2 and not streams:
