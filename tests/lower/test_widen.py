@@ -232,6 +232,27 @@ def test_the_last_step_of_a_maximum_fills_its_lanes_with_the_identity() -> None:
     assert "v = (float)in0[m_ * 1001 + (k * 64 + lane)];" in text, text
 
 
+@pytest.mark.parametrize("k", [17, 40, 65])
+@pytest.mark.parametrize("agg", [">", "<"])
+def test_the_last_step_of_a_maximum_of_products_keeps_its_padded_value(k: int, agg: str) -> None:
+    """A maximum of products pads the product, not each factor: a fill of -inf in both
+    would make the lanes past the edge +inf (fuzz seed 20261219, case 25: >(X[i, j] * Y[j])
+    over 65 x 40 came out inf on Intel's CPU OpenCL). Its last step stays scalar; interpreter
+    at 16 lanes and every shipped device, against float64 numpy."""
+    source = f"function (X[M, K], Y[K]) -> (O) {{ O[m: M] = {agg}(X[m, k] * Y[k]); }}"
+    rng = np.random.default_rng(k)
+    x, y = _rand(rng, 65, k), _rand(rng, k)
+    text = _contraction_body(source, {"X": x, "Y": y}, 16)
+    assert "INFINITY)" not in text and f"if (lane < {k % 16})" in text, text
+    products = x.astype(np.float64) * y
+    want = products.max(axis=1) if agg == ">" else products.min(axis=1)
+    got = run_program(source, {"X": x, "Y": y}, WIDE[16])["O"]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    for device_id in SHIPPED:
+        got = tile.run(source, {"X": x, "Y": y}, device=device_id)["O"]
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
 def test_lanes_narrower_than_a_vector_read_memory_on_one() -> None:
     """Rows of 19 run in 8 lanes, 32 rows a group (`tile.lower.tiles`): on a device of 16
     lanes the accumulation takes one vector of 8, the last step counted; the fold stays

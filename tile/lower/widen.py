@@ -203,16 +203,16 @@ def _steps(
     stores = [s for s in widened.stmts if isinstance(s, Store)]
     if not all(widener.varies(s.value) for s in stores):
         return None  # a value for every lane: nothing to gain
-    if fill is not None:  # the padded value's loads fill the identity; no other load is counted
-        counted = [n for n in walk(widened) if isinstance(n, Lanes) and n.count is not None]
-        if any(pointers[_name(n)].dtype is DType.FLOAT16 for n in counted):
-            return None  # half bits: the renderers fill no identity in them
-        first = widened.stmts[0]
-        inside = {id(n) for n in walk(first)}
-        if any(id(n) not in inside and not pointers[_name(n)].is_array for n in counted):
-            return None
-        first = rewrite(first, lambda n: replace(n, fill=fill) if n in counted else None)  # type: ignore[arg-type]
-        widened = Block((first, *widened.stmts[1:]))  # type: ignore[arg-type]
+    if fill is not None:  # the padded value, one load, takes the identity past the edge
+        first, loads = widened.stmts[0], [n for n in walk(widened) if _counted_buffer(n, pointers)]
+        value = first.init  # type: ignore[attr-defined]
+        while isinstance(value, Cast):
+            value = value.value
+        half = any(pointers[_name(n)].dtype is DType.FLOAT16 for n in loads)
+        if len(loads) != 1 or value != Load(loads[0]) or half:
+            return None  # a product's lanes would multiply identities; half: bits, no identity
+        filled = rewrite(first, lambda n: replace(n, fill=fill) if n == loads[0] else None)
+        widened = Block((filled, *widened.stmts[1:]))  # type: ignore[arg-type]
 
     def whole(node: Node) -> Node | None:  # a private array's lanes are all inside it
         if isinstance(node, Lanes) and node.count is not None and pointers[_name(node)].is_array:
@@ -221,6 +221,11 @@ def _steps(
 
     steps = tuple(rewrite(s, whole) for s in widened.stmts)  # type: ignore[misc]
     return steps if shared is None else (If(shared, Block(steps)),)
+
+
+def _counted_buffer(node: Node, pointers: dict[str, Type]) -> bool:
+    """Whether `node` is a counted access to a buffer (not a private array)."""
+    return isinstance(node, Lanes) and node.count is not None and not pointers[_name(node)].is_array
 
 
 def _is_zero(expr: Expr | None) -> bool:
