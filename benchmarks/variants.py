@@ -7,8 +7,9 @@ matvec, a column vector, batched and transposed products at odd sizes, strided, 
 single-channel convolutions, depthwise convolutions over odd channel counts and 5x5 windows,
 overlapping pools, softmax along either axis and over short rows, layernorm with short rows,
 elementwise and total reductions one past a round size, reductions over the first and middle
-axes, permutations of rank 3, and PyTorch's own layout: NCHW convolutions (padded, strided,
-with a fused bias and relu), a depthwise one and a padded max pool. Every variant is checked
+axes and over short or odd last ones, a product 65 wide (5 vectors), permutations of rank 3,
+and PyTorch's own layout: NCHW convolutions (padded, strided, with a fused bias and relu), a
+depthwise one and a padded max pool. Every variant is checked
 against float64 first (numpy, or torch in float64 where torch defines the operation), then
 timed with torch (inputs resident on the device; one call and the wait for its output, as
 `benchmarks/run.py` times). The table gives `ours / torch` (below 1 is faster); the geomean
@@ -229,6 +230,13 @@ def variants() -> list[Variant]:
             lambda a, b: a @ b,
         ),
         Variant(
+            "matmul 513x300x65",
+            BMM,
+            {"A": normal(1, 513, 300), "B": normal(1, 300, 65)},
+            lambda a, b: a.astype(float) @ b,
+            lambda a, b: a @ b,
+        ),
+        Variant(
             "bmm NT 16x128x64x128",
             BMM_NT,
             {"A": normal(16, 128, 64), "B": normal(16, 128, 64)},
@@ -311,6 +319,18 @@ def variants() -> list[Variant]:
             "function (X[A, B, C, D]) -> (O) { O[a, b, c: A, B, C] = +(X[a, b, c, d]); }",
             normal(57, 39, 90, 19),
             lambda x: x.sum(3),
+        ),
+        rowwise(
+            "max over 419 686x13x419",
+            "function (X[A, B, C]) -> (O) { O[a, b: A, B] = >(X[a, b, c]); }",
+            normal(686, 13, 419),
+            lambda x: x.amax(2),
+        ),
+        rowwise(
+            "sum over 40 50000x40",
+            "function (X[A, B]) -> (O) { O[a: A] = +(X[a, b]); }",
+            normal(50000, 40),
+            lambda x: x.sum(1),
         ),
         rowwise(
             "sum 64M+1",
