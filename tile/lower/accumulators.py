@@ -27,6 +27,10 @@ if TYPE_CHECKING:
     from tile.lower.flat import FlatContraction
 
 
+# The most accumulators a work-group keeps for a reduction in lanes: its elements times lanes.
+MAX_LANE_ACCUMULATORS = 256
+
+
 def accumulator_dtype(dtype: DType) -> DType:
     """Half results accumulate in f32 (spec 8.11 allows a wider float accumulator)."""
     return DType.FLOAT32 if dtype is DType.FLOAT16 else dtype
@@ -45,7 +49,7 @@ def lane_split(flat: FlatContraction, tiles: Sequence[int], acc_dtype: DType) ->
         return -1, 1
     for lanes in (64, 32, 16, 8):
         count = flat.ranges[k]
-        if count >= 2 * lanes and product(tiles) * lanes <= 256:
+        if count >= 2 * lanes and product(tiles) * lanes <= MAX_LANE_ACCUMULATORS:
             return k, lanes
     return -1, 1
 

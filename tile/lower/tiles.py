@@ -38,6 +38,7 @@ from math import prod
 from typing import TYPE_CHECKING
 
 from semtree.nodes import LANE_WIDTHS
+from tile.lower.accumulators import MAX_LANE_ACCUMULATORS
 from tile.lower.widen import LANE_TYPES
 
 if TYPE_CHECKING:
@@ -156,12 +157,12 @@ def _lane_group(
     shape: Sequence[int], tiles: list[int], points: int, lanes: int, goal_groups: int
 ) -> None:
     """Grow the last tile (in place) of a reduction in lanes whose rows are short, doubling it
-    while a group reads under `GROUP_ELEMENTS` elements, its accumulators stay within the
-    generator's 256 (`lane_split`) and the grid keeps `goal_groups` groups."""
+    while a group reads under `GROUP_ELEMENTS` elements, its accumulators stay within
+    `MAX_LANE_ACCUMULATORS` (`lane_split`) and the grid keeps `goal_groups` groups."""
     others = prod(shape[:-1])
     while (
         tiles[-1] * points < GROUP_ELEMENTS
-        and 2 * tiles[-1] * lanes <= 256
+        and 2 * tiles[-1] * lanes <= MAX_LANE_ACCUMULATORS
         and 2 * tiles[-1] <= shape[-1]
         and others * -(-shape[-1] // (2 * tiles[-1])) >= goal_groups
     ):

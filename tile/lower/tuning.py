@@ -33,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from tile.lower.accumulators import MAX_LANE_ACCUMULATORS
 from tile.lower.vector_shape import model_tile, tile_shapes, vector_shape
 
 if TYPE_CHECKING:
@@ -48,8 +49,8 @@ Tile = tuple[int, ...]  # a register tile (rows, vectors), or tiles per output d
 COLUMN_FACTORS = (1, 2, 4)
 ROW_FACTORS = (1, 2, 4)
 # The most output elements a candidate work-group may own, with lanes as the generator
-# counts them (tile.lower.accumulators.lane_split: 256 accumulators in all).
-MAX_ELEMENTS = 256
+# counts them (tile.lower.accumulators.lane_split).
+MAX_ELEMENTS = MAX_LANE_ACCUMULATORS
 MAX_CANDIDATES = 6
 
 
