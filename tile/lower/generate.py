@@ -53,9 +53,9 @@ if TYPE_CHECKING:
     from semtree.nodes import Function
     from semtree.types import TensorShape
     from tile.bind.program import BoundProgram
-    from tile.lower.contract import GeneratedBody
     from tile.lower.flat import FlatContraction
     from tile.lower.fuse import KernelPlan
+    from tile.lower.kernel import GeneratedBody
     from tile.lower.split import Split
     from tile.lower.tuning import Tuning
 

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from semtree.nodes import Function
     from semtree.types import TensorShape
     from tile.bind.program import Binding, BoundOp
+    from tile.lower.flat import FlatConstraint
 
 INDEX_LIMIT = 2**31
 
@@ -99,6 +100,12 @@ def affine(terms: Iterable[tuple[int, Expr]], const: int = 0) -> Expr:
     if const:
         result = Binary(BinOp.ADD if const > 0 else BinOp.SUB, result, IntConst(abs(const)))
     return result
+
+
+def guard(constraint: FlatConstraint, variables: dict[int, Expr]) -> Expr:
+    """Whether a flat contraction's `constraint` holds for the values of its `variables`."""
+    terms = [(c, variables[k]) for k, c in enumerate(constraint.lhs) if c]
+    return Binary(BinOp.LE, affine(terms), IntConst(constraint.rhs))
 
 
 def conjunction(conditions: Sequence[Expr]) -> Expr | None:
@@ -228,6 +235,18 @@ class KernelWriter:
         return total
 
 
+@dataclass(frozen=True, slots=True)
+class GeneratedBody:
+    """A generated kernel: its function, its buffers, its grid and its work."""
+
+    body: Function
+    outputs: tuple[str, ...]  # buffers, in parameter order
+    inputs: tuple[str, ...]
+    global_size: tuple[int, int, int]
+    flops: int
+    bytes: int
+
+
 @dataclass(slots=True)
 class Grid:
     """The work-group grid over the tiles of an output shape (one work-item per group).
@@ -292,6 +311,17 @@ class Grid:
         if product(self.global_size) == self.tiles_count:
             return None
         return Binary(BinOp.LT, linear_group(self.global_size), IntConst(self.tiles_count))
+
+    def whole(self) -> Expr | None:
+        """The condition that the work-group's tile lies wholly inside the shape; None where
+        every tile does (the tiles divide the shape)."""
+        return conjunction(
+            [
+                Binary(BinOp.LE, affine([(1, base)], tile), IntConst(size))
+                for size, tile, base in zip(self.shape, self.tiles, self.bases, strict=True)
+                if tile > 1 and size % tile
+            ]
+        )
 
 
 def grid_size(total: int, limits: Sequence[int]) -> tuple[int, int, int]:

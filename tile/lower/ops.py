@@ -31,7 +31,7 @@ from semtree.nodes import (
     UnOp,
 )
 from semtree.types import DType, Type, promote
-from tile.lang.syntax import CombOp
+from tile.lang.syntax import AggOp, CombOp
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -261,3 +261,23 @@ def combine(flat: FlatContraction, operands: Sequence[Typed]) -> Typed:
             return Typed(Select(equal, chosen, zero(dtype).expr), dtype)
         case _:
             raise GenerateError(f"no combination {flat.comb}")
+
+
+def aggregate(agg: AggOp, dtype: DType, current: Expr, value: Expr) -> Expr:
+    """`current` (an accumulator of `dtype`) after aggregating `value` into it; merging two
+    partial accumulators is the same operation (every aggregation but `=` is associative)."""
+    match agg:
+        case AggOp.SUM:
+            return Binary(BinOp.ADD, current, value)
+        case AggOp.PROD:
+            return Binary(BinOp.MUL, current, value)
+        case AggOp.MAX if dtype.is_bool:
+            return Binary(BinOp.LOR, current, value)
+        case AggOp.MIN if dtype.is_bool:
+            return Binary(BinOp.LAND, current, value)
+        case AggOp.MAX:
+            return Call(Builtin.MAX, (current, value))
+        case AggOp.MIN:
+            return Call(Builtin.MIN, (current, value))
+        case _:
+            return value

@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING
 from semtree.nodes import Block, Declare, For, Lookup, Param, rewrite, walk
 from semtree.types import Type
 from tile.bind.program import OpKind
-from tile.lower.contract import GeneratedBody, generate_group
+from tile.lower.contract import generate_group
 from tile.lower.flatten import flatten, row_major
 from tile.lower.fuse import PlanKind, reads
-from tile.lower.kernel import product
+from tile.lower.kernel import GeneratedBody, product
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence

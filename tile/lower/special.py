@@ -30,8 +30,7 @@ from semtree.nodes import (
     Subscript,
 )
 from semtree.types import DType, Type
-from tile.lower.contract import GeneratedBody
-from tile.lower.kernel import KernelWriter, affine, grid_size, linear_group, product
+from tile.lower.kernel import GeneratedBody, KernelWriter, affine, grid_size, linear_group, product
 from tile.lower.ops import Typed, constant, convert
 
 if TYPE_CHECKING:

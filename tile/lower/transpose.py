@@ -46,8 +46,7 @@ if TYPE_CHECKING:
 
     from tile.lower.flat import FlatContraction
     from tile.lower.fuse import KernelPlan
-    from tile.lower.generate import GeneratedBody
-    from tile.lower.kernel import Grid, KernelWriter
+    from tile.lower.kernel import GeneratedBody, Grid, KernelWriter
 
 BLOCK = 8  # elements per block side: 8 lanes are one AVX vector of float32, and PoCL's limit
 

@@ -38,8 +38,14 @@ from typing import TYPE_CHECKING
 from semtree import builder as sb
 from semtree.nodes import Builtin, IntConst, Param
 from semtree.types import Type, TypeBase
-from tile.lower.contract import GeneratedBody
-from tile.lower.kernel import INDEX_LIMIT, KernelWriter, grid_size, linear_group, product
+from tile.lower.kernel import (
+    INDEX_LIMIT,
+    GeneratedBody,
+    KernelWriter,
+    grid_size,
+    linear_group,
+    product,
+)
 from tile.lower.ops import GenerateError
 from tile.lower.vector_blocks import (
     BLOCK_NAMES,

@@ -51,11 +51,10 @@ from semtree.types import DType, Type, TypeBase
 from tile.bind.program import OpKind
 from tile.lang.syntax import AggOp, CombOp
 from tile.lower.accumulators import accumulator_dtype
-from tile.lower.contract import GeneratedBody
-from tile.lower.gpu.element import OutputPhase, aggregate, guard, guarded
+from tile.lower.gpu.element import OutputPhase, guarded
 from tile.lower.gpu.local import Partials, div_mod, less, local_array, merge_partials, stage_copy
-from tile.lower.kernel import KernelWriter, affine, conjunction, product
-from tile.lower.ops import GenerateError, Typed, combine, constant, convert, identity
+from tile.lower.kernel import GeneratedBody, KernelWriter, affine, conjunction, guard, product
+from tile.lower.ops import GenerateError, Typed, aggregate, combine, constant, convert, identity
 
 if TYPE_CHECKING:
     from collections.abc import Callable

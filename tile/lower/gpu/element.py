@@ -16,17 +16,14 @@ from semtree import builder as sb
 from semtree.nodes import (
     Binary,
     BinOp,
-    Builtin,
-    Call,
     Expr,
     IntConst,
     Select,
     Stmt,
 )
-from semtree.types import DType, Type
-from tile.lang.syntax import AggOp
+from semtree.types import Type
 from tile.lower.flatten import row_major
-from tile.lower.kernel import affine, conjunction, fused_value
+from tile.lower.kernel import affine, conjunction, fused_value, guard
 from tile.lower.ops import Typed, convert, zero
 
 if TYPE_CHECKING:
@@ -37,31 +34,6 @@ if TYPE_CHECKING:
     from tile.lower.flat import FlatConstraint, FlatContraction
     from tile.lower.fuse import KernelPlan
     from tile.lower.kernel import KernelWriter, ProgramContext
-
-
-def aggregate(agg: AggOp, dtype: DType, current: Expr, value: Expr) -> Expr:
-    """`current` (an accumulator of `dtype`) after aggregating `value` into it; merging two
-    partial accumulators is the same operation (every aggregation but `=` is associative)."""
-    match agg:
-        case AggOp.SUM:
-            return Binary(BinOp.ADD, current, value)
-        case AggOp.PROD:
-            return Binary(BinOp.MUL, current, value)
-        case AggOp.MAX if dtype.is_bool:
-            return Binary(BinOp.LOR, current, value)
-        case AggOp.MIN if dtype.is_bool:
-            return Binary(BinOp.LAND, current, value)
-        case AggOp.MAX:
-            return Call(Builtin.MAX, (current, value))
-        case AggOp.MIN:
-            return Call(Builtin.MIN, (current, value))
-        case _:
-            return value
-
-
-def guard(constraint: FlatConstraint, variables: dict[int, Expr]) -> Expr:
-    terms = [(c, variables[k]) for k, c in enumerate(constraint.lhs) if c]
-    return Binary(BinOp.LE, affine(terms), IntConst(constraint.rhs))
 
 
 def guarded(

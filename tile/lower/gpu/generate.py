@@ -33,10 +33,9 @@ from tile.lower.kernel import INDEX_LIMIT
 if TYPE_CHECKING:
     from semtree.kernel import HardwareSettings
     from semtree.nodes import Function
-    from tile.lower.contract import GeneratedBody
     from tile.lower.flat import FlatContraction
     from tile.lower.fuse import KernelPlan
-    from tile.lower.kernel import ProgramContext
+    from tile.lower.kernel import GeneratedBody, ProgramContext
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,8 +29,8 @@ from semtree.nodes import (
 )
 from semtree.types import DType, Region, Type, TypeBase
 from tile.lang.syntax import AggOp
-from tile.lower.gpu.element import aggregate
 from tile.lower.kernel import affine
+from tile.lower.ops import aggregate
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
