@@ -7,7 +7,8 @@ matvec, a column vector, batched and transposed products at odd sizes, strided, 
 single-channel convolutions, depthwise convolutions over odd channel counts and 5x5 windows,
 overlapping pools, softmax along either axis and over short rows, layernorm with short rows,
 elementwise and total reductions one past a round size, reductions over the first and middle
-axes and over short or odd last ones, a product 65 wide (5 vectors), permutations of rank 3,
+axes (a column max 3001 wide) and over short or odd last ones, a product 65 wide (5 vectors),
+permutations of rank 3,
 and PyTorch's own layout: NCHW convolutions (padded, strided, with a fused bias and relu), a
 depthwise one and a padded max pool. Every variant is checked
 against float64 first (numpy, or torch in float64 where torch defines the operation), then
@@ -306,6 +307,12 @@ def variants() -> list[Variant]:
             "max over axis 0 200000x17",
             "function (X[M, N]) -> (O) { O[n: N] = >(X[m, n]); }",
             normal(200000, 17),
+            lambda x: x.amax(0),
+        ),
+        rowwise(
+            "max over axis 0 4096x3001",
+            "function (X[M, N]) -> (O) { O[n: N] = >(X[m, n]); }",
+            normal(4096, 3001),
             lambda x: x.amax(0),
         ),
         rowwise(
