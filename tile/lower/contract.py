@@ -280,8 +280,8 @@ class _GroupKernel:
             target = outer_guards if used <= set(reductions) else self.inner_guards
             target.append(constraint)
         body = self.reduction_nest(reductions, counters, outer_guards)
-        long = product(flat.ranges[k] for k in reductions) >= MIN_WHOLE_TUPLES
-        whole = self.grid.whole() if long else None
+        points = product(flat.ranges[k] for k in reductions)
+        whole = self.grid.whole() if points >= MIN_WHOLE_TUPLES else None
         if whole is not None:  # whole tiles, without the edge's tests (module docstring)
             self.whole = True
             body = sb.if_(whole, [self.reduction_nest(reductions, counters, outer_guards)], [body])
@@ -294,7 +294,7 @@ class _GroupKernel:
         statements.append(body)
         if self.lanes > 1:
             statements.append(self.tile_loops("f", self.fold))
-        self.tuples = product(self.plan.shape) * product(flat.ranges[k] for k in reductions)
+        self.tuples = product(self.plan.shape) * points
         self.flops += self.tuples * (1 if flat.comb is CombOp.NONE else 2)
         return statements
 
