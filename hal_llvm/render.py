@@ -46,6 +46,8 @@ from hal_llvm.render_types import (
 from semtree.kernel import Direction
 from semtree.nodes import (
     Barrier,
+    Binary,
+    BinOp,
     Block,
     Builtin,
     Call,
@@ -56,6 +58,7 @@ from semtree.nodes import (
     Load,
     Lookup,
     Return,
+    Select,
     Store,
     Subscript,
     UnsupportedNode,
@@ -367,10 +370,21 @@ def carries_min_max(body: Stmt, var: str | None = None) -> bool:
         if isinstance(node, Store) and not _names(node.ref) & dependent
     } - declared
     return any(
-        isinstance(node, Call)
-        and node.fn in (Builtin.MAX, Builtin.MIN)
+        _min_max(node)
         and any(isinstance(read, Load) and _root(read.ref) in carried for read in walk(node))
         for node in walk(body)
+    )
+
+
+def _min_max(node: Node) -> bool:
+    """A MAX or MIN call, or the choice an aggregation writes for one (`x > acc ? x : acc`,
+    `tile.lower.ops.aggregate`)."""
+    if isinstance(node, Call):
+        return node.fn in (Builtin.MAX, Builtin.MIN)
+    return (
+        isinstance(node, Select)
+        and isinstance(node.cond, Binary)
+        and node.cond.op in (BinOp.GT, BinOp.LT)
     )
 
 

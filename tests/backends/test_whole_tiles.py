@@ -18,10 +18,10 @@ import pytest
 
 import tile
 from semtree.nodes import Binary, BinOp, For, If, IntConst, Lanes, walk
-from tests.lower.harness import LLVM_CPU, run_program
+from tests.lower.harness import LLVM_CPU, run_program, tiled
 from tests.shipped import SHIPPED, shipped_devices
-from tile.lower.contract import MIN_WHOLE_TUPLES
 from tile.lower.generate import generate_program
+from tile.lower.kernel import MIN_WHOLE_TUPLES
 
 COLUMNS = "function (X[M, N]) -> (O) {{ O[n: N] = {agg}(X[m, n]); }}"
 MATVEC_T = "function (A[M, N], X[M]) -> (O) { O[n: N] = +(A[m, n] * X[m]); }"
@@ -129,3 +129,91 @@ def test_a_whole_shape_and_a_short_reduction_keep_one_copy() -> None:
     assert versions(COLUMNS, (100, 4 * 64)) == []  # every tile whole
     assert versions(COLUMNS, (MIN_WHOLE_TUPLES - 1, 3 * 64 + 5)) == []  # too short to copy
     assert versions(COLUMNS, (MIN_WHOLE_TUPLES, 3 * 64 + 5)) != []
+
+
+# The register-tiled products (`tile.lower.vector`): where the row's last column tile sticks
+# out, the reduction loops are written twice and the tiles inside the row load B uncounted.
+PRODUCT = "function (A[M, K], B[K, N]) -> (C) { C[m, n: M, N] = +(A[m, k] * B[k, n]); }"
+PRODUCT_TT = "function (A[K, M], B[N, K]) -> (C) { C[m, n: M, N] = +(A[k, m] * B[n, k]); }"
+DENSE = (
+    "function (A[M, K], B[K, N], D[N]) -> (R) {"
+    " C[m, n: M, N] = +(A[m, k] * B[k, n]); R = relu(C + D); }"
+)
+PADDED = (
+    "function (I[N, H, W, CI], F[KH, KW, CI, CO]) -> (O) {"
+    " O[n, y, x, co: N, H, W, CO] = +(I[n, y + ky - 1, x + kx - 1, ci] * F[ky, kx, ci, co]); }"
+)
+
+
+def products(rng: np.random.Generator) -> list[tuple[str, dict[str, np.ndarray], np.ndarray]]:
+    """(source, inputs, float64 answer) of products whose width leaves a ragged column tile."""
+    found = []
+    for m, k, n in ((1, 8, 17), (5, 33, 23), (16, 1149, 81), (7, 40, 100), (3, 9, 25)):
+        a, b = spread(rng, (m, k)), spread(rng, (k, n))
+        want = a.astype(np.float64) @ b.astype(np.float64)
+        found.append((PRODUCT, {"A": a, "B": b}, want))
+        found.append(
+            (PRODUCT_TT, {"A": np.ascontiguousarray(a.T), "B": np.ascontiguousarray(b.T)}, want)
+        )
+        d = spread(rng, (n,))
+        dense = np.maximum(want + d.astype(np.float64), 0.0)
+        found.append((DENSE, {"A": a, "B": b, "D": d}, dense))
+    image, kernel = spread(rng, (2, 5, 6, 7)), spread(rng, (3, 3, 7, 19))
+    padded = np.pad(image.astype(np.float64), ((0, 0), (1, 1), (1, 1), (0, 0)))
+    want = np.zeros((2, 5, 6, 19))
+    for dy in range(3):
+        for dx in range(3):
+            window = padded[:, dy : dy + 5, dx : dx + 6, :]
+            want += np.tensordot(window, kernel[dy, dx].astype(np.float64), axes=([3], [0]))
+    found.append((PADDED, {"I": image, "F": kernel}, want))
+    return found
+
+
+def test_products_match_numpy_in_the_interpreter() -> None:
+    wrong = []
+    for source, inputs, want in products(np.random.default_rng(13)):
+        for settings in (LLVM_CPU, tiled(8)):
+            got = next(iter(run_program(source, inputs, settings).values())).astype(np.float64)
+            if not close(got, want, inputs, 1e-5):
+                wrong.append((source, {k: v.shape for k, v in inputs.items()}))
+    assert not wrong, wrong
+
+
+@pytest.mark.parametrize("device_id", SHIPPED)
+def test_products_match_numpy_on_the_devices(
+    device_id: str, devices: dict[str, tile.Device]
+) -> None:
+    wrong = []
+    for source, inputs, want in products(np.random.default_rng(14)):
+        outputs = tile.Function(source)(device=devices[device_id], **inputs)
+        got = np.asarray(next(iter(outputs.values())), np.float64)
+        if not close(got, want, inputs, 1e-5):
+            wrong.append((source, {k: v.shape for k, v in inputs.items()}))
+    assert not wrong, f"wrong on {device_id}: {wrong}"
+
+
+def product_versions(shape_k: int, width: int) -> list[If]:
+    """The `if`s of a product's kernels that choose between two reduction loops."""
+    inputs = {"A": np.zeros((16, shape_k), np.float32), "B": np.zeros((shape_k, width), np.float32)}
+    bound = tile.Function(PRODUCT).bind(inputs)
+    found = []
+    for kernel in generate_program(bound, tiled(8)).kernels:
+        for node in walk(kernel.body):
+            if isinstance(node, If) and node.other is not None:
+                loops = [any(isinstance(n, For) for n in walk(b)) for b in (node.then, node.other)]
+                if all(loops) and isinstance(node.cond, Binary) and node.cond.op is BinOp.LE:
+                    found.append(node)
+    return found
+
+
+def test_a_products_inside_tiles_load_b_uncounted() -> None:
+    (version,) = product_versions(1149, 81)
+    assert version.cond.rhs == IntConst(81)  # type: ignore[union-attr]
+    counted = [
+        [n.count is not None for n in walk(b) if isinstance(n, Lanes)]
+        for b in (version.then, version.other)
+    ]
+    assert counted[0] and not any(counted[0])
+    assert any(counted[1])
+    assert product_versions(1149, 96) == []  # 4 tiles of 3 vectors: none sticks out
+    assert product_versions(MIN_WHOLE_TUPLES - 1, 81) == []  # too short to copy

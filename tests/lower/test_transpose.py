@@ -12,7 +12,7 @@ import pytest
 
 import tile
 from semtree.kernel import HardwareSettings
-from semtree.nodes import Shuffle, walk
+from semtree.nodes import Binary, BinOp, For, If, Lanes, Shuffle, walk
 from tests.lower.harness import LLVM_CPU, run_program
 from tests.shipped import SHIPPED, shipped_devices
 from tile.lower.generate import generate_program
@@ -90,6 +90,35 @@ def test_blocks_only_where_they_may_be(settings: str) -> None:
     assert _shuffles(with_epilogue, (64, 96), np.float32, chosen) == 0
     summed = "function (I[M, N]) -> (O) { O[n, m: N, M] = +(I[m, n]); }"
     assert _shuffles(summed, (64, 96), np.float32, chosen) >= 24  # one tuple each: a move too
+
+
+def _block_choices(shape: tuple[int, ...], settings: HardwareSettings) -> list[If]:
+    """The `if`s inside the loops over blocks that run a block whole or counted: uncounted
+    loads in one branch, counted in the other (a choice per block, not per tile)."""
+    bound = tile.Function(TRANSPOSE).bind({"I": np.zeros(shape, np.float32)})
+    found = []
+    for kernel in generate_program(bound, settings).kernels:
+        loops = [n for n in walk(kernel.body) if isinstance(n, For)]
+        for node in {id(n): n for loop in loops for n in walk(loop.body)}.values():
+            if not isinstance(node, If) or node.other is None:
+                continue
+            counts = [
+                {n.count is None for n in walk(branch) if isinstance(n, Lanes)}
+                for branch in (node.then, node.other)
+            ]
+            if counts == [{True}, {False}] and isinstance(node.cond, Binary):
+                found.append(node)
+    return found
+
+
+@pytest.mark.parametrize("settings", list(SETTINGS))
+def test_an_edge_tile_counts_only_the_blocks_that_stick_out(settings: str) -> None:
+    choices = _block_choices((81, 1149), SETTINGS[settings])  # 81 = 64 + 2 * 8 + 1
+    assert choices, "an edge tile's blocks are all counted"
+    assert all(
+        any(isinstance(n, Binary) and n.op is BinOp.LE for n in walk(c.cond)) for c in choices
+    )
+    assert _block_choices((128, 128), SETTINGS[settings]) == []  # every tile whole
 
 
 @pytest.mark.parametrize("settings", list(SETTINGS))

@@ -63,6 +63,7 @@ from tile.lang.syntax import AggOp, CombOp
 from tile.lower.accumulators import accumulator_dtype, identity_is_unwritten, lane_split
 from tile.lower.flatten import row_major
 from tile.lower.kernel import (
+    MIN_WHOLE_TUPLES,
     GeneratedBody,
     Grid,
     KernelWriter,
@@ -77,9 +78,6 @@ from tile.lower.ops import Typed, aggregate, combine, constant, convert, identit
 from tile.lower.tiles import ragged_vector, read_order
 from tile.lower.transpose import with_blocks
 from tile.lower.widen import widen, widen_lanes
-
-# Reduction tuples per element below which a tile is not worth a second copy of its loops.
-MIN_WHOLE_TUPLES = 8
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -53,6 +53,9 @@ if TYPE_CHECKING:
     from tile.lower.flat import FlatConstraint
 
 INDEX_LIMIT = 2**31
+# Reduction tuples per element below which a tile is not worth a second copy of its loops, one
+# for whole tiles without the edge's tests (`tile.lower.contract`, `tile.lower.vector`).
+MIN_WHOLE_TUPLES = 8
 
 
 @dataclass(frozen=True, slots=True)

@@ -265,7 +265,17 @@ def combine(flat: FlatContraction, operands: Sequence[Typed]) -> Typed:
 
 def aggregate(agg: AggOp, dtype: DType, current: Expr, value: Expr) -> Expr:
     """`current` (an accumulator of `dtype`) after aggregating `value` into it; merging two
-    partial accumulators is the same operation (every aggregation but `=` is associative)."""
+    partial accumulators is the same operation (every aggregation but `=` is associative).
+
+    A float `>` or `<` is a comparison and a choice, `value > current ? value : current`, not
+    C's `fmax`: an accumulator starts at the identity (-inf or +inf) and so never holds a NaN,
+    and then the two agree (a NaN value is passed over), but the choice is one instruction
+    (x86's `maxps` is exactly it) where `fmax` also tests `current` for NaN. On the CPU that
+    test cost a max over rows of 419 2-3x the time of the sum (AMD Zen 3): LLVM neither folds
+    the row's lanes nor its tail in vectors around it."""
+    if agg in (AggOp.MAX, AggOp.MIN) and dtype.is_float:
+        op = BinOp.GT if agg is AggOp.MAX else BinOp.LT
+        return Select(Binary(op, value, current), value, current)
     match agg:
         case AggOp.SUM:
             return Binary(BinOp.ADD, current, value)
