@@ -17,7 +17,7 @@ from semtree.nodes import For, walk
 from tests.lower.harness import LLVM_CPU, SCALAR, run_program
 from tests.shipped import SHIPPED
 from tile.lower.generate import generate_program
-from tile.lower.tiles import GROUP_ELEMENTS, STREAM_VECTORS, choose_tiles
+from tile.lower.tiles import GROUP_ELEMENTS, STREAM_ELEMENTS, choose_tiles
 
 TRANSPOSE = "function (I[M, N]) -> (O) { O[n, m: N, M] = =(I[m, n]); }"
 OPTIONS = RenderOptions(device="test")
@@ -125,8 +125,13 @@ def test_elementwise_groups_grow(shape: tuple[int, ...], settings: HardwareSetti
 
 def test_streaming_reductions_get_wide_strips() -> None:
     """A reduction reading the last output dimension contiguously (a column sum): strips of
-    STREAM_VECTORS vectors, one row, narrower where the cores would run out of groups."""
-    wide = STREAM_VECTORS * LLVM_CPU.vec_size
+    STREAM_ELEMENTS columns whatever the vector width, one row, narrower where the cores
+    would run out of groups."""
+    wide = STREAM_ELEMENTS
+    for vec_size in (4, 8, 16):
+        narrow = replace(LLVM_CPU, vec_size=vec_size, max_regs=16 * vec_size)
+        streams = {"reduction_points": 4096, "accumulator_bytes": 4, "streams": True}
+        assert choose_tiles((3001,), narrow, **streams) == (wide,)
     streams = {"reduction_points": 4096, "accumulator_bytes": 4, "streams": True}
     assert choose_tiles((3001,), LLVM_CPU, **streams) == (wide,)
     assert choose_tiles((16, 300), LLVM_CPU, **streams) == (1, wide)

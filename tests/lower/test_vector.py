@@ -283,8 +283,9 @@ def test_half_matmul_runs_on_vectors_in_float(m: int, k: int, n: int) -> None:
         ((7, 4, 6, 4, 16), (7, 3)),
         ((10, 4, 6, 4, 16), (5, 4)),
         ((56, 4, 6, 4, 16), (6, 4)),  # 60 rows for 56: within a tenth
-        ((13, 4, 6, 4, 16), (6, 4)),  # nothing near 6 divides 13
-        ((14, 4, 6, 2, 8), (6, 2)),  # 7 rows of 1 vector: too narrow
+        ((13, 4, 6, 4, 16), (7, 3)),  # 14 rows for 13, not 18
+        ((14, 4, 6, 2, 8), (5, 2)),  # 16 registers: 15 rows for 14 (7 of 1 vector: too narrow)
+        ((7, 4, 6, 2, 8), (4, 3)),  # 8 rows for 7, not 12
         ((18, 4, 8, 3, 16), (9, 2)),  # 24 rows for 18: 9 x 2, the nearest divisor first
         ((10, 4, 6, 2, 4), (5, 2)),  # 16 registers: 5 x 2 and 2 vectors of B fit
         ((120, 5, 6, 4, 16), (4, 5)),  # 8 vectors for 5 columns: 4 x 5
@@ -293,7 +294,7 @@ def test_half_matmul_runs_on_vectors_in_float(m: int, k: int, n: int) -> None:
         ((120, 7, 6, 4, 16), (6, 4)),  # 8 for 7: within a fifth
         ((120, 10, 6, 4, 16), (6, 4)),  # 12 for 10: within a fifth
         ((120, 3, 6, 4, 16), (6, 4)),  # under one tile (clamped later)
-        ((13, 5, 6, 4, 16), (4, 5)),  # no rows divide 13: the columns still may
+        ((11, 5, 6, 4, 16), (4, 5)),  # 12 rows for 11: within a tenth; the columns still may
         ((14, 5, 6, 4, 16), (7, 3)),  # rows first
         ((120, 5, 6, 2, 4), (6, 2)),  # 6 vectors of 4 for 5: within a fifth
     ],

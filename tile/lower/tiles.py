@@ -13,7 +13,7 @@ Current policy, deliberately simple (correctness first):
   rows, its accumulators within `settings.max_regs`): each loaded operand element then
   serves several outputs (PERFORMANCE.md 2.1); where every operand is contiguous along the
   last output dimension (a column sum, channels-last pooling), a strip of
-  `STREAM_VECTORS * vec_size` columns, so that each reduction step reads whole cache lines;
+  `STREAM_ELEMENTS` columns (whole vectors), so that each reduction step reads whole cache lines;
 * a reduction contiguous in every operand, which runs in `lanes` > 1 partial results per
   element (`tile.lower.contract`), computes one element per work-group: the lanes are its
   vectors, and the operands have nothing to share between neighbouring elements; under
@@ -54,12 +54,14 @@ if TYPE_CHECKING:
 # are what lifts this limit.
 MAX_TILE_ROWS = 2
 
-# Vectors per work-group along the last output dimension of a reduction whose operands are
-# contiguous along it (a column sum): each step of the reduction then reads a strip of
-# `STREAM_VECTORS * vec_size` elements, not one vector from every row (a new page each time).
-# Column sum of 4096 x 3001 on llvm_cpu.0 (AMD Zen 4, AVX-512): 8.7 ms with 1, 5.1 with 2,
-# 4.0 with 4, 4.3 with 8.
-STREAM_VECTORS = 4
+# Elements per work-group along the last output dimension of a reduction whose operands are
+# contiguous along it (a column sum): each step of the reduction then reads a strip of 256
+# bytes of float32, not one vector from every row (a new page each time). What counts is the
+# bytes, not the vectors. Column sum of 4096 x 3001 on llvm_cpu.0 (AMD Zen 4, AVX-512, 16
+# floats a vector): 8.7 ms with 16 elements, 5.1 with 32, 4.0 with 64, 4.3 with 128. On AVX2
+# (AMD Zen 3, 8 a vector) 64 against 32: column sum 4096 x 4096 12.8 -> 10.1 ms, matvec-T 4096
+# 11.2 -> 8.6, a sum over the middle axis of 256 x 1000 x 64 7.6 -> 5.5 (under load, in turns).
+STREAM_ELEMENTS = 64
 
 # Elements per work-group of an elementwise kernel, at most: its strip grows over the rows
 # above it (and along a long last dimension) while every core keeps `goal_groups` groups.
@@ -117,7 +119,7 @@ def choose_tiles(
         return tuple(tiles)
     columns = min(shape[-1], settings.vec_size)
     if streams:  # wider strips, while every core still gets work-groups
-        wide = min(shape[-1], STREAM_VECTORS * settings.vec_size)
+        wide = min(shape[-1], max(STREAM_ELEMENTS, settings.vec_size))
         others = prod(shape[:-1])
         while wide > columns and others * -(-shape[-1] // wide) < settings.goal_groups:
             wide //= 2

@@ -116,19 +116,26 @@ def model_tile(
 
 
 def dividing_tile(size: int, columns: int, rows: int, vectors: int, width: int) -> tuple[int, int]:
-    """As many accumulators or fewer in rows that divide `size` (rows +- 1 or 2) where `rows`
-    would pad it by more than a tenth: outputs 7 and 14 wide in tiles of 7 x 3, not 6 x 4 (a
-    conv 8x7x7x512->512 7.7 -> 5.3 ms, 8x14x14x256->512 stride 2 6.4 -> 3.4); else in vectors
+    """As many accumulators or fewer in the rows (rows +- 1 or 2) that pad `size` least where
+    `rows` would pad it by more than a tenth: outputs 7 and 14 wide in tiles of 7 x 3, not 6 x 4
+    (a conv 8x7x7x512->512 7.7 -> 5.3 ms, 8x14x14x256->512 stride 2 6.4 -> 3.4); with 16
+    registers 14 in 5 x 2, not 6 x 2 (a conv NCHW 4x128x28x28->256 stride 2 10% faster, AMD
+    Zen 3), 7 in 4 x 3; else in vectors
     that divide `columns` (vectors +- 1 or 2) where the last column tile would be more than a
     fifth empty: 65 wide (5 vectors) in 4 x 5, 81 wide in 8 x 3 (matmul 513 x 300 x 65 0.12 ->
     0.08 ms on llvm_cpu.0, 0.35 -> 0.09-0.15 on Intel's CPU OpenCL, where the empty vectors of
     a tile past the edge cost most; 300 x 500 x 81 0.11 -> 0.084 on llvm_cpu.0; AMD Zen 5)."""
     registers = 32 if width >= 16 else 16  # with B's vectors and A's value
-    if -(-size // rows) * rows * 10 > size * 11:
+    padded = -(-size // rows) * rows
+    if padded * 10 > size * 11:
+        best = None
         for other in (r for r in (rows + 1, rows + 2, rows - 1, rows - 2) if r > 1):
             count = rows * vectors // other
-            if size % other == 0 and count >= 2 and (other + 1) * count < registers:
-                return other, count
+            less = -(-size // other) * other
+            if count >= 2 and (other + 1) * count < registers and less < padded:
+                best, padded = (other, count), less
+        if best is not None:
+            return best
     if vectors < columns and -(-columns // vectors) * vectors * 4 > columns * 5:
         for other in (v for v in (vectors + 1, vectors - 1, vectors + 2, vectors - 2) if v > 1):
             count = rows * vectors // other
