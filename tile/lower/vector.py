@@ -254,9 +254,10 @@ def _build(
         start = linear(shape.b, {}, 1) + jt * shape.b.panel[1] + sb.var(v) * width
         b_vector = sb.lanes(sb.var(b_param), start, width)
     elif shape.lanes:
-        b_vector = sb.lanes(sb.var(b_param), linear(shape.b, {}, 1) + column * width, width, count)
+        start = linear(shape.b, {}, 1) + column * width
+        b_vector = sb.lanes(sb.var(b_param), start, width, count)
         if count is not None:
-            b_whole = sb.lanes(sb.var(b_param), linear(shape.b, {}, 1) + column * width, width)
+            b_whole = sb.lanes(sb.var(b_param), start, width)
     elif shape.b.panel is not None:  # whole panels of `vectors` vectors: no clamped column
         b_vector = sb.var(b_param)[
             linear(shape.b, {}, width) + jt * (shape.b.panel[1] // width) + sb.var(v)
@@ -280,27 +281,23 @@ def _build(
         sb.declare(F32, a_value, sb.var(a_param)[a_index]),
         sb.for_(v, vectors, body=sb.assign(sb.var(acc)[sb.var(r) * vectors + sb.var(v)], update)),
     ]
-    load_b = sb.for_(v, vectors, body=sb.assign(sb.var(b_row)[sb.var(v)], b_vector))
     uniform = [c for c in flat.constraints if not c.lhs[shape.i]]
     by_row = [c for c in flat.constraints if c.lhs[shape.i]]
     split = max((level(c) for c in by_row), default=-1)  # where "every row" is decided
     each_row = sb.if_(sb.and_(*(holds(c, load_row) for c in by_row)), row_step) if by_row else None
-    step = {
-        "all": [load_b, sb.for_(r, rows, body=row_step)],
-        "each": [load_b, sb.for_(r, rows, body=each_row)],
-    }
-    if b_whole is not None:  # the same steps for a column tile inside the row: no counts
-        load_whole = sb.for_(v, vectors, body=sb.assign(sb.var(b_row)[sb.var(v)], b_whole))
-        step |= {
-            "all whole": [load_whole, sb.for_(r, rows, body=row_step)],
-            "each whole": [load_whole, sb.for_(r, rows, body=each_row)],
-        }
 
-    def nest(depth: int, rows_in: str | None, whole: str = "") -> list:
+    def step(rows_in: str, whole: bool) -> list:
+        """One reduction step: B's vectors (uncounted for a column tile inside the row), then
+        the rows, all of them or each tested."""
+        vector = b_whole if whole and b_whole is not None else b_vector
+        load_b = sb.for_(v, vectors, body=sb.assign(sb.var(b_row)[sb.var(v)], vector))
+        return [load_b, sb.for_(r, rows, body=row_step if rows_in == "all" else each_row)]
+
+    def nest(depth: int, rows_in: str | None, whole: bool = False) -> list:
         """The reduction loops from `depth` inwards, inside the guards that belong there.
         `rows_in`: "all" when every row of the tile is inside the row guards, "each" when
-        each row is tested, None above the loop level where that is decided; `whole`:
-        " whole" for the copy whose column tile lies inside the row."""
+        each row is tested, None above the loop level where that is decided; `whole`: the
+        copy for a column tile inside the row."""
         if rows_in is None and depth == split:
             last_row = sb.call(Builtin.MIN, it * rows + (rows - 1), size_i - 1)
             ends = [holds(c, at) for c in by_row for at in (it * rows, last_row)]
@@ -312,9 +309,9 @@ def _build(
         here = [holds(c, load_row) for c in uniform if level(c) == depth]
         return [sb.if_(sb.and_(*here), inner)] if here else inner
 
-    def loops(depth: int, rows_in: str | None, whole: str) -> list:
+    def loops(depth: int, rows_in: str | None, whole: bool) -> list:
         if depth == len(reductions):
-            return step[(rows_in or "all") + whole]
+            return step(rows_in or "all", whole)
         k = reductions[depth]
         return [sb.for_(counters[k], trips[k], body=nest(depth + 1, rows_in, whole))]
 
@@ -325,7 +322,7 @@ def _build(
         if b_whole is None or product(trips.values()) < MIN_WHOLE_TUPLES:
             return nest(0, None)
         inside = (jt * (vectors * width) + vectors * width).le(size_j)
-        return [sb.if_(inside, nest(0, None, " whole"), nest(0, None))]
+        return [sb.if_(inside, nest(0, None, whole=True), nest(0, None))]
 
     result = sb.var(acc)[sb.var(r) * vectors + sb.var(v)]
     if c_param is None:
