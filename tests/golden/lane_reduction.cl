@@ -2,16 +2,6 @@
 
 typedef float8 tile_unaligned_float8 __attribute__((aligned(4)));
 
-// max(a, b), a NaN operand ignored
-float tile_max_float(float a, float b) {
-  return ((a > b) | (b != b)) ? a : b;
-}
-
-// max(a, b), a NaN operand ignored
-float8 tile_max_float8(float8 a, float8 b) {
-  return ((a > b) | (b != b)) ? a : b;
-}
-
 // O[m: 3] = >(X[m, n])
 //   output  m: 3
 //   reduce  n: 128
@@ -30,7 +20,7 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void tile_0(__global flo
     #pragma unroll
     for (int lane_vector = 0; lane_vector < 8; lane_vector += 1) {
       int lane = lane_vector * 8;
-      *(tile_unaligned_float8*)(acc + (lane)) = tile_max_float8(*(const tile_unaligned_float8*)(acc + (lane)), *(__global const tile_unaligned_float8*)(in0 + (m * 128 + (n * 64 + lane))));
+      *(tile_unaligned_float8*)(acc + (lane)) = select(*(const tile_unaligned_float8*)(acc + (lane)), *(__global const tile_unaligned_float8*)(in0 + (m * 128 + (n * 64 + lane))), *(__global const tile_unaligned_float8*)(in0 + (m * 128 + (n * 64 + lane))) > *(const tile_unaligned_float8*)(acc + (lane)));
     }
   }
   {
@@ -38,29 +28,29 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void tile_0(__global flo
     #pragma unroll
     for (int fold32_vector = 0; fold32_vector < 4; fold32_vector += 1) {
       int fold32 = fold32_vector * 8;
-      *(tile_unaligned_float8*)(acc + (fold32)) = tile_max_float8(*(const tile_unaligned_float8*)(acc + (fold32)), *(const tile_unaligned_float8*)(acc + (fold32 + 32)));
+      *(tile_unaligned_float8*)(acc + (fold32)) = select(*(const tile_unaligned_float8*)(acc + (fold32)), *(const tile_unaligned_float8*)(acc + (fold32 + 32)), *(const tile_unaligned_float8*)(acc + (fold32 + 32)) > *(const tile_unaligned_float8*)(acc + (fold32)));
     }
     #pragma unroll
     for (int fold16_vector = 0; fold16_vector < 2; fold16_vector += 1) {
       int fold16 = fold16_vector * 8;
-      *(tile_unaligned_float8*)(acc + (fold16)) = tile_max_float8(*(const tile_unaligned_float8*)(acc + (fold16)), *(const tile_unaligned_float8*)(acc + (fold16 + 16)));
+      *(tile_unaligned_float8*)(acc + (fold16)) = select(*(const tile_unaligned_float8*)(acc + (fold16)), *(const tile_unaligned_float8*)(acc + (fold16 + 16)), *(const tile_unaligned_float8*)(acc + (fold16 + 16)) > *(const tile_unaligned_float8*)(acc + (fold16)));
     }
     #pragma unroll
     for (int fold8_vector = 0; fold8_vector < 1; fold8_vector += 1) {
       int fold8 = fold8_vector * 8;
-      *(tile_unaligned_float8*)(acc + (fold8)) = tile_max_float8(*(const tile_unaligned_float8*)(acc + (fold8)), *(const tile_unaligned_float8*)(acc + (fold8 + 8)));
+      *(tile_unaligned_float8*)(acc + (fold8)) = select(*(const tile_unaligned_float8*)(acc + (fold8)), *(const tile_unaligned_float8*)(acc + (fold8 + 8)), *(const tile_unaligned_float8*)(acc + (fold8 + 8)) > *(const tile_unaligned_float8*)(acc + (fold8)));
     }
     #pragma unroll
     for (int fold4 = 0; fold4 < 4; fold4 += 1) {
-      acc[fold4] = tile_max_float(acc[fold4], acc[fold4 + 4]);
+      acc[fold4] = acc[fold4 + 4] > acc[fold4] ? acc[fold4 + 4] : acc[fold4];
     }
     #pragma unroll
     for (int fold2 = 0; fold2 < 2; fold2 += 1) {
-      acc[fold2] = tile_max_float(acc[fold2], acc[fold2 + 2]);
+      acc[fold2] = acc[fold2 + 2] > acc[fold2] ? acc[fold2 + 2] : acc[fold2];
     }
     #pragma unroll
     for (int fold1 = 0; fold1 < 1; fold1 += 1) {
-      acc[fold1] = tile_max_float(acc[fold1], acc[fold1 + 1]);
+      acc[fold1] = acc[fold1 + 1] > acc[fold1] ? acc[fold1 + 1] : acc[fold1];
     }
   }
   {

@@ -317,7 +317,10 @@ class Grid:
 
     def whole(self) -> Expr | None:
         """The condition that the work-group's tile lies wholly inside the shape; None where
-        every tile does (the tiles divide the shape)."""
+        every tile does (the tiles divide the shape) or none does (a tile longer than its
+        dimension): then one copy of the code serves them all."""
+        if any(tile > size for size, tile in zip(self.shape, self.tiles, strict=True)):
+            return None
         return conjunction(
             [
                 Binary(BinOp.LE, affine([(1, base)], tile), IntConst(size))

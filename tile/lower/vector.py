@@ -256,7 +256,7 @@ def _build(
     elif shape.lanes:
         start = linear(shape.b, {}, 1) + column * width
         b_vector = sb.lanes(sb.var(b_param), start, width, count)
-        if count is not None:
+        if count is not None and vectors * width <= size_j:  # some column tile is inside
             b_whole = sb.lanes(sb.var(b_param), start, width)
     elif shape.b.panel is not None:  # whole panels of `vectors` vectors: no clamped column
         b_vector = sb.var(b_param)[
