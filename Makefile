@@ -8,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test suites lint setup clean conformance-gpu stress fuzz explore intel-opencl \
+.PHONY: demo test suites lint setup clean conformance conformance-gpu stress fuzz explore intel-opencl \
         test-opencl-all opencl-suites oclgrind docs
 
 setup: $(STAMP)
@@ -53,13 +53,24 @@ test: lint
 	$(MAKE) --no-print-directory suites
 
 # Everything `make test` runs after lint, on the OpenCL device it chose; fails when no OpenCL
-# device was tested, so a run never ends green without one.
+# device was tested, so a run never ends green without one. The test suite runs in one worker
+# per processor (pytest-xdist), a test file to a worker. Its tests run every conformance case
+# on each shipped device, compared by the conformance runner's own `compare_output`
+# (tests/backends/test_agreement.py), and on the OpenCL device with the GPU settings forced
+# (tests/gpu/test_pocl.py): what `make conformance` does through `run.py` itself.
+TEST_WORKERS ?= auto
+
 suites: $(STAMP)
 	$(MAKE) --no-print-directory docs
-	$(PY) -m pytest -q
-	MPLBACKEND=Agg $(PY) -m pytest --nbmake notebooks -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	MPLBACKEND=Agg $(PY) -m pytest --nbmake notebooks -q -n $(TEST_WORKERS)
 	devices="$$($(PY) -m tests.shipped)" || exit 1; \
-	case "$$devices" in *opencl*) ;; *) echo "no OpenCL device was tested" >&2; exit 1;; esac; \
+	case "$$devices" in *opencl*) ;; *) echo "no OpenCL device was tested" >&2; exit 1;; esac
+
+# The conformance suites through the conformance runner, on each shipped device, then on the
+# tested OpenCL device with the GPU settings forced.
+conformance: $(STAMP)
+	devices="$$($(PY) -m tests.shipped)" || exit 1; \
 	for device in $$devices; do \
 	  $(PY) $(CONFORMANCE) $(SHARED)/conformance/cases --device $$device && \
 	  $(PY) $(CONFORMANCE) $(SHARED)/spec/cases --device $$device || exit 1; \

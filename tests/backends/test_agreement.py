@@ -1,6 +1,8 @@
 """Every conformance case gives the same result on llvm_cpu.0 and opencl.0, within the case's
 tolerance (issue 4: the two shipped devices agree). Each device is also checked against the
-case's expected outputs, so agreement on a wrong answer cannot pass."""
+case's expected outputs by the conformance runner's own `compare_output`, as `run.py` checks
+them (so `make test` need not run `run.py` too: `make conformance` does), and agreement on a
+wrong answer cannot pass."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import pytest
 
 import tile
 from tests.conftest import SHARED
+from tests.lower.test_conformance import RUNNER
 from tests.shipped import SHIPPED as DEVICES
 from tests.shipped import shipped_devices
 
@@ -48,10 +51,15 @@ def test_devices_agree(path: Path, devices: dict[str, tile.Device]) -> None:
     tolerance = case.get("tolerance", {})
     rtol, atol = float(tolerance.get("rtol", 0.0)), float(tolerance.get("atol", 0.0))
     results = {d: tile.run(case["source"], inputs, device=devices[d]) for d in DEVICES}
+    assert RUNNER is not None
     for name, want in expected.items():
+        for device in DEVICES:
+            assert name in results[device], f"{device} did not return {name}"
+            ok, message, _ = RUNNER.compare_output(
+                name, results[device][name], want, case["outputs"][name], tolerance, False
+            )
+            assert ok, f"{device}: {message}"
         first, second = (np.asarray(results[d][name]) for d in DEVICES)
         assert first.dtype == second.dtype == want.dtype, name
         assert first.shape == second.shape == want.shape, name
-        for device, got in zip(DEVICES, (first, second), strict=True):
-            assert np.all(close(got, want, rtol, atol)), f"{device} differs from expected {name}"
         assert np.all(close(second, first, rtol, atol)), f"the devices disagree on {name}"

@@ -30,6 +30,8 @@ SOURCES = {
 }
 AXES = {"last": 2, "first": 0, "middle": 1, "total": None}
 SHAPES = ((1, 1, 1), (3, 2, 7), (2, 3, 9), (5, 1, 33), (4, 3, 419), (17, 2, 8), (31, 65, 3))
+# The interpreter runs each kernel's loops in Python: the same edges, in less work.
+INTERPRETED = ((1, 1, 1), (3, 2, 7), (2, 3, 9), (5, 1, 33), (2, 3, 129), (17, 2, 8), (7, 65, 3))
 REDUCE = {">": np.fmax, "<": np.fmin}
 
 
@@ -51,11 +53,13 @@ def values(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     return x
 
 
-def cases(seed: int) -> list[tuple[str, np.ndarray, np.ndarray]]:
+def cases(
+    seed: int, shapes: tuple[tuple[int, int, int], ...] = SHAPES
+) -> list[tuple[str, np.ndarray, np.ndarray]]:
     """(source, X, float64 answer)."""
     rng = np.random.default_rng(seed)
     found = []
-    for shape in SHAPES:
+    for shape in shapes:
         x = values(rng, shape)
         for name, source in SOURCES.items():
             for agg, reduce in REDUCE.items():
@@ -73,7 +77,7 @@ def agree(got: np.ndarray, want: np.ndarray) -> bool:
 def test_answers_match_numpy_in_the_interpreter(settings: object) -> None:
     wrong = [
         (source, x.shape)
-        for source, x, want in cases(31)
+        for source, x, want in cases(31, INTERPRETED)
         if not agree(run_program(source, {"X": x}, settings)["O"], want)  # type: ignore[arg-type]
     ]
     assert not wrong, wrong
