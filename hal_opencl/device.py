@@ -26,12 +26,16 @@ Each device must build a one-line probe kernel at enumeration before it is liste
 whose compiler rejects every program is not a device. The known case is PoCL 3.0 (the PyPI
 build, on LLVM 14) on processors LLVM 14 does not know, such as AMD Zen 5: LLVM names the CPU
 "generic" and PoCL's clang rejects that name ("unknown target CPU 'generic'"). When every
-device fails that way, the error says so and carries `unsupported_host=True`.
+device fails that way, the error says so and carries `unsupported_host=True`. On processors
+LLVM 14 knows only by an older name (AMD Zen 4 is "znver3" to it, without AVX-512), PoCL still
+reports the processor's vector width; the width the generator targets is what PoCL compiles
+for (`compiled_width`).
 """
 
 from __future__ import annotations
 
 import importlib
+import re
 import threading
 import warnings
 from dataclasses import dataclass
@@ -111,10 +115,55 @@ def _version(version: str) -> tuple[int, int]:
         return 1, 0
 
 
+# LLVM's names of the x86 processors with AVX-512 (what PoCL compiles for: `compiled_width`).
+AVX512_TARGETS = frozenset(
+    {
+        "knl",
+        "knm",
+        "skx",
+        "skylake-avx512",
+        "cascadelake",
+        "cooperlake",
+        "cannonlake",
+        "icelake-client",
+        "icelake-server",
+        "rocketlake",
+        "tigerlake",
+        "sapphirerapids",
+        "emeraldrapids",
+        "graniterapids",
+        "graniterapids-d",
+        "diamondrapids",
+        "znver4",
+        "znver5",
+        "x86-64-v4",
+    }
+)
+
+# The processor PoCL compiles for, at the end of its version's HSTR: "OpenCL 3.0 PoCL HSTR:
+# pthread-x86_64-unknown-linux-gnu-znver3".
+_POCL_TARGET = re.compile(r"HSTR:\s*\S*?-linux-gnu\w*-(\S+)")
+
+
+def compiled_width(version: str, width: int) -> int:
+    """A vector width of floats that the device's compiler also generates code for: `width`,
+    except on PoCL when it compiles for an x86 processor without AVX-512 and reports 16
+    floats. PoCL reads the width from the processor, but its LLVM names the processor from
+    what it knows: LLVM 14 calls AMD Zen 4 "znver3", which has no AVX-512. Vectors of 16
+    floats then compile in halves, and some crash that LLVM (`select` of float16 aborts the
+    process: "Cannot emit physreg copy instruction")."""
+    found = _POCL_TARGET.search(version)
+    if width <= 8 or "PoCL" not in version or found is None:
+        return width
+    return width if found.group(1) in AVX512_TARGETS else 8
+
+
 def query_capabilities(cl_device: cl.Device) -> Capabilities:
     extensions = tuple(sorted(cl_device.extensions.split()))
     sizes = (*tuple(cl_device.max_work_item_sizes), 1, 1, 1)
     version = cl_device.version.strip()
+    preferred = max(1, int(cl_device.preferred_vector_width_float))
+    native = max(1, int(cl_device.native_vector_width_float))
     return Capabilities(
         platform=cl_device.platform.name.strip(),
         name=cl_device.name.strip(),
@@ -132,8 +181,8 @@ def query_capabilities(cl_device: cl.Device) -> Capabilities:
         host_unified_memory=bool(cl_device.host_unified_memory),
         base_address_alignment=max(1, int(cl_device.mem_base_addr_align) // 8),
         cacheline=int(cl_device.global_mem_cacheline_size),
-        preferred_vector_width_float=max(1, int(cl_device.preferred_vector_width_float)),
-        native_vector_width_float=max(1, int(cl_device.native_vector_width_float)),
+        preferred_vector_width_float=compiled_width(version, preferred),
+        native_vector_width_float=compiled_width(version, native),
         map_invalidate=_version(version) >= (1, 2),
     )
 
