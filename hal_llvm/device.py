@@ -92,10 +92,12 @@ class LLVMKernel(Kernel):
         sizes = self._sizes
         if len(params) != len(sizes):
             raise ValueError(f"{self._label} takes {len(sizes)} buffers, {len(params)} were given")
-        for buffer, size in zip(params, sizes, strict=True):
+        addresses = []
+        for buffer, size in zip(params, sizes, strict=False):  # equal lengths (checked)
             if not isinstance(buffer, CpuBuffer) or buffer.size < size:
                 self._reject(params)
-        return [buffer.address for buffer in params]  # type: ignore[attr-defined] (checked)
+            addresses.append(buffer.address)  # type: ignore[attr-defined] (checked)
+        return addresses
 
     def _reject(self, params: Sequence[Buffer]) -> None:
         # Raise for the first of `params` that is not a large enough buffer of this device.

@@ -19,6 +19,31 @@ def test_buffers_are_64_byte_aligned(cpu_device, size: int) -> None:
     assert buffer.device is cpu_device
 
 
+def test_small_buffers_share_slabs_without_overlapping(cpu_device) -> None:
+    """Buffers of at most SMALL_BYTES are cut from shared slabs (a cached call's outputs): each
+    on its own cache lines, apart from every other, and alive after its neighbours die."""
+    from hal_llvm.memory import SLAB_BYTES, SMALL_BYTES
+
+    sizes = [1, 3, 63, 64, 65, 127, SMALL_BYTES - 1, SMALL_BYTES] * (4 * SLAB_BYTES // SMALL_BYTES)
+    buffers = [cpu_device.executor.allocate(size) for size in sizes]  # several slabs
+    lines = set()
+    for number, buffer in enumerate(buffers):
+        assert buffer.size == buffer.storage.size == sizes[number]
+        assert buffer.address % 64 == 0
+        assert buffer.address == buffer.storage.ctypes.data  # the address is the bytes'
+        first = buffer.address // 64
+        own = set(range(first, first + -(-buffer.size // 64)))
+        assert not own & lines  # no cache line of another buffer
+        lines |= own
+        buffer.storage[:] = number % 251
+    survivors = buffers[::7]
+    del buffers
+    for size in sizes:  # new buffers while the dead ones' slabs may go
+        cpu_device.executor.allocate(size).storage[:] = 255
+    for number, buffer in zip(range(0, len(sizes), 7), survivors, strict=True):
+        assert (buffer.storage == number % 251).all()
+
+
 def test_map_round_trip(cpu_device) -> None:
     values = np.arange(100, dtype=np.float32)
     buffer = upload(cpu_device, values)
