@@ -7,6 +7,7 @@ and returns the numpy array itself, and `unmap()` returns an already-completed e
 
 Alignment is 64 bytes (a cache line and an AVX-512 vector), so generated code may use
 aligned vector loads; misaligned buffers cost 17 to 35% in the prototypes (PERFORMANCE.md 4.4).
+Buffers of at most SMALL_BYTES share slabs (`_Slabs`), each starting on a cache line of its own.
 
 An allocation larger than the machine's physical memory is refused before it is tried (with
 overcommit, the kernel would grant it and kill the process when the pages are touched); one
