@@ -86,6 +86,10 @@ class _Slabs:
     of its buffers does, so a buffer keeps at most SLAB_BYTES alive. Thread-safe."""
 
     def __init__(self) -> None:
+        self._fresh()
+
+    def _fresh(self) -> None:
+        # Also a fork's child's start: a thread of the parent may have held the lock.
         self._lock = threading.Lock()
         self._slab = np.empty(0, np.uint8)
         self._base = 0
@@ -109,6 +113,8 @@ class _Slabs:
 
 
 _slabs = _Slabs()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_slabs._fresh)
 
 # Guards the map counts of every CpuBuffer: maps are rare, and a lock per buffer would cost
 # every call's outputs its making.

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import time
+
 import numpy as np
 import pytest
 
@@ -42,6 +46,32 @@ def test_small_buffers_share_slabs_without_overlapping(cpu_device) -> None:
         cpu_device.executor.allocate(size).storage[:] = 255
     for number, buffer in zip(range(0, len(sizes), 7), survivors, strict=True):
         assert (buffer.storage == number % 251).all()
+
+
+def test_a_forked_child_allocates_small_buffers_while_a_parent_thread_held_the_slabs(
+    cpu_device,
+) -> None:
+    from hal_llvm import memory
+
+    memory._slabs._lock.acquire()  # as a thread of the parent allocating at the fork
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: exit 0 once a small buffer is allocated and written
+            buffer = cpu_device.executor.allocate(8)
+            buffer.storage[:] = 7
+            os._exit(0 if (buffer.storage == 7).all() else 1)
+    finally:
+        memory._slabs._lock.release()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    pytest.fail("the child hung allocating a small buffer")
 
 
 def test_map_round_trip(cpu_device) -> None:
