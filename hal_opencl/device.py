@@ -152,10 +152,10 @@ def compiled_width(version: str, width: int) -> int:
     what it knows: LLVM 14 calls AMD Zen 4 "znver3", which has no AVX-512. Vectors of 16
     floats then compile in halves, and some crash that LLVM (`select` of float16 aborts the
     process: "Cannot emit physreg copy instruction")."""
-    found = _POCL_TARGET.search(version)
-    if width <= 8 or "PoCL" not in version or found is None:
+    if width <= 8 or "PoCL" not in version:
         return width
-    return width if found.group(1) in AVX512_TARGETS else 8
+    found = _POCL_TARGET.search(version)
+    return width if found is None or found.group(1) in AVX512_TARGETS else 8
 
 
 def query_capabilities(cl_device: cl.Device) -> Capabilities:
