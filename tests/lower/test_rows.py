@@ -48,7 +48,7 @@ SHIFTED = """function (X[M, N]) -> (O) {
     S[m, 0: M, 1] = +(E[m + 1, n]);
     O = S * 2.0;
 }"""
-WIDE = replace(LLVM_CPU, vec_size=8, vector_loops=True)
+WIDE = replace(LLVM_CPU, vec_size=8, vector_loops=True, reduction_steps=False)  # OpenCL CPU
 GPU = HardwareSettings.opencl_gpu(
     max_work_group_size=256,
     max_work_item_sizes=(256, 256, 256),

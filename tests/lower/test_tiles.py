@@ -17,7 +17,14 @@ from semtree.nodes import For, walk
 from tests.lower.harness import LLVM_CPU, SCALAR, run_program
 from tests.shipped import SHIPPED
 from tile.lower.generate import generate_program
-from tile.lower.tiles import GROUP_ELEMENTS, STREAM_ELEMENTS, choose_tiles
+from tile.lower.tiles import (
+    GROUP_ELEMENTS,
+    REGISTER_STRIP,
+    STREAM_ELEMENTS,
+    STRIP_BYTES,
+    choose_tiles,
+    from_memory,
+)
 
 TRANSPOSE = "function (I[M, N]) -> (O) { O[n, m: N, M] = =(I[m, n]); }"
 OPTIONS = RenderOptions(device="test")
@@ -66,7 +73,7 @@ def test_short_reductions_in_lanes_share_a_group_under_vector_loops() -> None:
 @pytest.mark.parametrize("rows", [1, 7, 33, 1000])
 def test_short_reductions_in_lanes_match_numpy(k: int, rows: int) -> None:
     x = np.random.default_rng(k * rows).standard_normal((rows, 3, k)).astype(np.float32)
-    wide = replace(LLVM_CPU, vector_loops=True, vec_size=16)
+    wide = replace(LLVM_CPU, vector_loops=True, vec_size=16, reduction_steps=False)
     for agg, reduce in (("+", np.sum), (">", np.max), ("<", np.min)):
         source = f"function (X[A, B, K]) -> (O) {{ O[a, b: A, B] = {agg}(X[a, b, k]); }}"
         want = reduce(x.astype(np.float64), axis=2)
@@ -124,21 +131,52 @@ def test_elementwise_groups_grow(shape: tuple[int, ...], settings: HardwareSetti
 
 
 def test_streaming_reductions_get_wide_strips() -> None:
-    """A reduction reading the last output dimension contiguously (a column sum): strips of
-    STREAM_ELEMENTS columns whatever the vector width, one row, narrower where the cores
-    would run out of groups."""
+    """A reduction reading the last output dimension contiguously (a column sum), on a device
+    without `reduction_steps` (OpenCL): strips of STREAM_ELEMENTS columns whatever the vector
+    width, one row, narrower where the cores would run out of groups."""
     wide = STREAM_ELEMENTS
+    plain = replace(LLVM_CPU, reduction_steps=False)
     for vec_size in (4, 8, 16):
-        narrow = replace(LLVM_CPU, vec_size=vec_size, max_regs=16 * vec_size)
+        narrow = replace(plain, vec_size=vec_size, max_regs=16 * vec_size)
         streams = {"reduction_points": 4096, "accumulator_bytes": 4, "streams": True}
         assert choose_tiles((3001,), narrow, **streams) == (wide,)
     streams = {"reduction_points": 4096, "accumulator_bytes": 4, "streams": True}
-    assert choose_tiles((3001,), LLVM_CPU, **streams) == (wide,)
-    assert choose_tiles((16, 300), LLVM_CPU, **streams) == (1, wide)
-    assert choose_tiles((200,), LLVM_CPU, **streams) == (LLVM_CPU.vec_size,)  # 13 groups
-    assert choose_tiles((5,), LLVM_CPU, **streams) == (5,)
+    assert choose_tiles((3001,), plain, **streams) == (wide,)
+    assert choose_tiles((16, 300), plain, **streams) == (1, wide)
+    assert choose_tiles((200,), plain, **streams) == (plain.vec_size,)  # 13 groups
+    assert choose_tiles((5,), plain, **streams) == (5,)
+
+
+def test_streaming_strips_under_reduction_steps() -> None:
+    """llvm_cpu (`reduction_steps`): a strip per core, whole vectors but the last; up to
+    STRIP_BYTES of accumulators where the operands come from memory (more than CACHED_BYTES),
+    REGISTER_STRIP vectors where they come from the caches and one operand is broadcast
+    along the strip (a matvec-T); a column sum from the caches keeps STREAM_ELEMENTS."""
+    assert LLVM_CPU.goal_groups == 8  # two cores
+    memory = {"reduction_points": 4096, "accumulator_bytes": 4, "streams": True}
+    cached = {"reduction_points": 100, "accumulator_bytes": 4, "streams": True}
+    assert from_memory((3001,), 4096, 4) and not from_memory((3001,), 100, 4)
+    assert STRIP_BYTES // 4 < 3001 <= 2 * STRIP_BYTES // 4
+    assert choose_tiles((3001,), LLVM_CPU, **memory) == (1504,)  # 1504 + 1497
+    assert choose_tiles((4096,), LLVM_CPU, **memory) == (2048,)
+    long = {**memory, "reduction_points": 1 << 20}
+    assert choose_tiles((64,), replace(LLVM_CPU, goal_groups=4), **long) == (64,)  # one core
+    assert choose_tiles((300,), LLVM_CPU, **long) == (160,)  # both cores
+    assert choose_tiles((64,), LLVM_CPU, **memory) == (16,)  # 1 MiB: from the caches
+    registers = 16 * REGISTER_STRIP[16]
+    assert choose_tiles((3001,), LLVM_CPU, **cached, broadcasts=True) == (registers,)
+    assert choose_tiles((16, 300), LLVM_CPU, **cached, broadcasts=True) == (1, 160)  # 160 + 140
+    assert choose_tiles((200,), LLVM_CPU, **cached, broadcasts=True) == (112,)
+    assert choose_tiles((17,), LLVM_CPU, **cached, broadcasts=True) == (16,)  # a vector and one
+    assert choose_tiles((5,), LLVM_CPU, **cached, broadcasts=True) == (5,)
+    avx2 = replace(LLVM_CPU, vec_size=8, max_regs=768)
+    assert choose_tiles((3001,), avx2, **cached, broadcasts=True) == (8 * REGISTER_STRIP[8],)
+    assert choose_tiles((3001,), LLVM_CPU, **cached) == (STREAM_ELEMENTS,)
     column_sum = "function (X[M, N]) -> (O) { O[n: N] = +(X[m, n]); }"
-    assert tiles_of(column_sum, {"X": np.zeros((50, 3001), np.float32)}) == (wide,)
+    assert tiles_of(column_sum, {"X": np.zeros((50, 3001), np.float32)}) == (STREAM_ELEMENTS,)
+    matvec_t = "function (A[M, N], V[M]) -> (O) { O[n: N] = +(A[m, n] * V[m]); }"
+    inputs = {"A": np.zeros((50, 3001), np.float32), "V": np.zeros(50, np.float32)}
+    assert tiles_of(matvec_t, inputs) == (registers,)
 
 
 def test_streaming_strips_are_whole_vectors_under_vector_loops() -> None:
@@ -146,7 +184,7 @@ def test_streaming_strips_are_whole_vectors_under_vector_loops() -> None:
     vector counted), so that `widen_lanes` writes it on vectors, and a row's strips hold as
     many vectors as they can alike (80 columns: 48 + 32, not 64 + 16): a 2 x 2 max pool of
     2 x 111 x 111 x 33 on Intel's CPU OpenCL, 0.75 ms on scalars, 0.19 on vectors."""
-    wide = replace(LLVM_CPU, vector_loops=True, vec_size=16)
+    wide = replace(LLVM_CPU, vector_loops=True, vec_size=16, reduction_steps=False)
     streams = {"reduction_points": 4, "accumulator_bytes": 4, "streams": True}
     assert choose_tiles((2, 55, 55, 33), wide, **streams) == (1, 1, 1, 48)
     assert choose_tiles((2, 55, 55, 33), LLVM_CPU, **streams)[-1] == 33

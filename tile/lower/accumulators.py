@@ -17,14 +17,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from semtree import builder as sb
+from semtree.nodes import For, Load, Lookup, Store, Subscript
 from semtree.types import DType
 from tile.lang.syntax import AggOp
-from tile.lower.kernel import product
+from tile.lower.kernel import affine, product
+from tile.lower.ops import aggregate
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from semtree.nodes import Expr, Stmt
     from tile.lower.flat import FlatContraction
+    from tile.lower.kernel import KernelWriter
 
 
 # The most accumulators a work-group keeps for a reduction in lanes: its elements times lanes.
@@ -61,3 +66,21 @@ def identity_is_unwritten(flat: FlatContraction) -> bool:
     if flat.default is not None:
         return False
     return flat.agg in (AggOp.SUM, AggOp.ASSIGN) or (flat.agg is AggOp.MAX and flat.dtype.is_bool)
+
+
+def fold_lanes(
+    writer: KernelWriter, acc: str, index: Expr, lanes: int, agg: AggOp, dtype: DType
+) -> list[Stmt]:
+    """Lanes `l` and `l + half` of the accumulator of the tile's element `index` meet,
+    halving until one is left."""
+    statements: list[Stmt] = []
+    half = lanes // 2
+    while half:
+        name = writer.fresh(f"fold{half}")
+        counter = Load(Lookup(name))
+        low = Subscript(Lookup(acc), affine([(lanes, index), (1, counter)]))
+        high = Subscript(Lookup(acc), affine([(lanes, index), (1, counter)], half))
+        store = Store(low, aggregate(agg, dtype, Load(low), Load(high)))
+        statements.append(For(name, half, 1, sb.block(store)))
+        half //= 2
+    return statements

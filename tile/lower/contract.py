@@ -28,7 +28,9 @@ No hit flag is needed where every element gets a tuple (no guards or derived var
 where the accumulator starts at an unwritten element's value (0 for `+`, `=` with no default).
 
 Lanes (`tile.lower.accumulators`): a float reduction along a contiguous variable keeps several
-partial results per element and folds them pairwise after the loops.
+partial results per element and folds them pairwise after the loops. Jammed steps
+(`tile.lower.jam`, llvm_cpu): a streaming reduction from memory takes several steps of its
+innermost loop per pass of the tile loops, each element adding them in order.
 
 Rows counted at run time (`RowLoop`: a reduction over a dynamic batch, generated for one row):
 the reduction loops run once per row, while `row` is below the count a 0-D tensor holds, and
@@ -60,8 +62,14 @@ from semtree.nodes import (
 from semtree.types import DType, Type, TypeBase
 from tile.bind.program import OpKind
 from tile.lang.syntax import AggOp, CombOp
-from tile.lower.accumulators import accumulator_dtype, identity_is_unwritten, lane_split
+from tile.lower.accumulators import (
+    accumulator_dtype,
+    fold_lanes,
+    identity_is_unwritten,
+    lane_split,
+)
 from tile.lower.flatten import row_major
+from tile.lower.jam import jam_steps, jammed
 from tile.lower.kernel import (
     MIN_WHOLE_TUPLES,
     GeneratedBody,
@@ -83,7 +91,6 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from semtree.kernel import HardwareSettings
-    from tile.bind.program import BoundOp
     from tile.lower.flat import FlatConstraint, FlatContraction
     from tile.lower.fuse import KernelPlan
     from tile.lower.kernel import ProgramContext
@@ -184,12 +191,13 @@ class _GroupKernel:
         if named is not None:
             body = [sb.if_(named, body)]
         outputs, inputs = self.writer.params()
+        epilogue = sum(1 for op in self.plan.ops if op.kind is OpKind.ELEMENTWISE)
         return GeneratedBody(
             self.writer.function(name, body),
             outputs,
             inputs,
             self.grid.global_size,
-            self.flops + self.epilogue_flops(),
+            self.flops + epilogue * product(self.plan.shape),
             self.writer.bytes(self.tuples),
         )
 
@@ -303,8 +311,16 @@ class _GroupKernel:
         flat = self.flat
         assert flat is not None
         self.lane_stop = self.lanes
-        body: Stmt = self.tile_loops("r", self.contribute, reading=True)
-        tail: Stmt | None = None
+        plain = self.lanes == 1 and self.hit is None and self.over_rows is None
+        steps = jam_steps(flat, self.plan.shape, self.tiles, self.settings, plain=plain)
+        contribute, tail_k, tail = self.contribute, self.lane_k, None
+        if steps > 1:  # `tile.lower.jam`; the steps left over in a shorter pass
+            k, counter, count = reductions[-1], counters[-1], flat.ranges[reductions[-1]]
+            contribute = jammed(self.contribute, self.variables, k, counter, steps)
+            if count % steps:
+                rest = jammed(self.contribute, self.variables, k, counter, count % steps)
+                tail_k, tail = k, self.tile_loops("j", rest, reading=True)
+        body: Stmt = self.tile_loops("r", contribute, reading=True)
         remainder = flat.ranges[self.lane_k] % self.lanes if self.lanes > 1 else 0
         if remainder:  # the last, partial step of the lanes: lanes below the remainder
             self.lane_stop = remainder
@@ -315,10 +331,11 @@ class _GroupKernel:
             body = sb.if_(condition, body)
             tail = None if tail is None else sb.if_(condition, tail)
         for k, counter in reversed(list(zip(reductions, counters, strict=True))):
-            count = flat.ranges[k] // (self.lanes if k == self.lane_k else 1)
-            body = For(counter, count, 1, _block(body))
-            if k == self.lane_k and tail is not None:
-                last = sb.block(sb.declare(Type.index(), counter, count), tail)
+            step = steps if k == reductions[-1] else 1
+            count = flat.ranges[k] // (self.lanes if k == self.lane_k else step)
+            body = For(counter, count, step, _block(body))
+            if k == tail_k and tail is not None:  # from the value after the loop's last
+                last = sb.block(sb.declare(Type.index(), counter, IntConst(count * step)), tail)
                 body = sb.block(body, last)
         return body
 
@@ -426,18 +443,9 @@ class _GroupKernel:
         return Lookup(array)
 
     def fold(self, tile: TileElement) -> tuple[list[Stmt], list[tuple[int, Stmt]]]:
-        """Lanes `l` and `l + half` of one element's accumulator meet, halving until one is left."""
-        statements: list[Stmt] = []
-        half = self.lanes // 2
-        while half:
-            name = self.writer.fresh(f"fold{half}")
-            counter = Load(Lookup(name))
-            low = self.element(self.acc, affine([(self.lanes, tile.index), (1, counter)]))
-            high = self.element(self.acc, affine([(self.lanes, tile.index), (1, counter)], half))
-            store = Store(low, aggregate(self.flat.agg, self.acc_dtype, Load(low), Load(high)))
-            statements.append(For(name, half, 1, _block(store)))
-            half //= 2
-        return statements, []
+        assert self.flat is not None
+        agg, dtype = self.flat.agg, self.acc_dtype
+        return fold_lanes(self.writer, self.acc, tile.index, self.lanes, agg, dtype), []
 
     # ---- output phase --------------------------------------------------------------------------
 
@@ -453,7 +461,7 @@ class _GroupKernel:
                 values, contraction.output, self.result(coordinates, tile_index)
             )
         for op in ops:
-            value = self.evaluate(op, values, coordinates)
+            value = fused_value(op, values, coordinates, self.context, self.writer, self.settings)
             statements += self.bind(values, op.output, value)
         dims = self.plan.shape
         # The output's offset in its buffer: 0 but for a split reduction's tail (tile.lower.split).
@@ -485,13 +493,6 @@ class _GroupKernel:
             written = Load(self.element(self.hit, tile_index))
             aggregate = Select(written, aggregate, unwritten.expr)
         return Typed(aggregate, dtype)
-
-    def evaluate(self, op: BoundOp, values: dict[str, Typed], coordinates: list[Expr]) -> Typed:
-        return fused_value(op, values, coordinates, self.context, self.writer, self.settings)
-
-    def epilogue_flops(self) -> int:
-        count = sum(1 for op in self.plan.ops if op.kind is OpKind.ELEMENTWISE)
-        return count * product(self.plan.shape)
 
 
 def _block(statement: Stmt) -> Block:

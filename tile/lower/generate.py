@@ -348,7 +348,7 @@ def _tiles(
     accumulator_bytes = 4
     lanes = 1
     crosswise = None
-    streams = False
+    streams = broadcasts = False
     if flat is not None and not flat.empty:
         points = rows * product(flat.ranges[k] for k in flat.reductions)
         acc_dtype = accumulator_dtype(flat.dtype)
@@ -361,6 +361,7 @@ def _tiles(
                 crosswise = contiguous[0] if contiguous else crosswise
         streams = last >= 0 and all(access.strides[last] in (0, 1) for access in flat.operands)
         streams = streams and any(access.strides[last] for access in flat.operands)
+        broadcasts = streams and any(not access.strides[last] for access in flat.operands)
     return choose_tiles(
         plan.shape,
         settings,
@@ -369,6 +370,7 @@ def _tiles(
         lanes=lanes,
         crosswise=crosswise,
         streams=streams,
+        broadcasts=broadcasts,
         elementwise=flat is None,
     )
 

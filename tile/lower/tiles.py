@@ -14,6 +14,9 @@ Current policy, deliberately simple (correctness first):
   serves several outputs (PERFORMANCE.md 2.1); where every operand is contiguous along the
   last output dimension (a column sum, channels-last pooling), a strip of
   `STREAM_ELEMENTS` columns (whole vectors), so that each reduction step reads whole cache lines;
+  under `settings.reduction_steps` (llvm_cpu) one strip per core instead where the operands
+  come from memory (wide), or from the caches with a broadcast operand (register-sized:
+  `_row_strip`);
 * a reduction contiguous in every operand, which runs in `lanes` > 1 partial results per
   element (`tile.lower.contract`), computes one element per work-group: the lanes are its
   vectors, and the operands have nothing to share between neighbouring elements; under
@@ -63,6 +66,22 @@ MAX_TILE_ROWS = 2
 # 11.2 -> 8.6, a sum over the middle axis of 256 x 1000 x 64 7.6 -> 5.5 (under load, in turns).
 STREAM_ELEMENTS = 64
 
+# Streaming reductions under `reduction_steps` (llvm_cpu; `_row_strip`). A work-group owns a
+# strip of the last output dimension and walks the whole reduction. Where the operands come
+# from memory (more than `CACHED_BYTES`), a strip per core of whole rows of up to
+# `STRIP_BYTES`, accumulators in L1, several rows a step (`tile.lower.contract`'s jammed
+# steps), not 256 bytes of every row, each in a new page: matvec-T 4096 4.8 -> 2.8 ms,
+# 4099 x 3001 3.9 -> 3.1, a column sum 4096 x 4096 in the variants benchmark 0.77 -> 0.52 of
+# torch's time. From the caches, a reduction with a broadcast operand (matvec-T's vector,
+# loaded once a row per strip) takes a strip per core of half the vector registers (AVX-512:
+# 16 of 32; AVX2: 8 of 16): matvec-T 1000 x 1000 0.10 -> 0.08 ms, 8192 x 512 0.97 -> 0.36
+# (AVX2 code: 0.64 -> 0.45). A plain column sum from the caches keeps `STREAM_ELEMENTS`
+# (strips of a vector keep their masked last vector, `ragged_vector`): the register strips
+# ran it up to 1.5x slower in AVX2 code. AMD Zen 4, 2 threads, interleaved, warm.
+CACHED_BYTES = 24 << 20
+STRIP_BYTES = 8192
+REGISTER_STRIP = {16: 16, 8: 8}  # vectors of a strip from the caches, by vector width
+
 # Elements per work-group of an elementwise kernel, at most: its strip grows over the rows
 # above it (and along a long last dimension) while every core keeps `goal_groups` groups.
 # A group costs PoCL a call of its own: converting an 8 x 128 x 256 float16 tensor to float32
@@ -81,6 +100,7 @@ def choose_tiles(
     lanes: int = 1,
     crosswise: int | None = None,
     streams: bool = False,
+    broadcasts: bool = False,
     elementwise: bool = False,
 ) -> tuple[int, ...]:
     """Tile size per output dimension (outermost first) for a kernel writing `shape`.
@@ -91,8 +111,10 @@ def choose_tiles(
     dimension along which an operand of a reduction-free kernel is contiguous, when that is
     not the last one (a transposition); `streams` that every operand of a reduction reads the
     last output dimension contiguously (or not at all), as a column sum or a pooling over
-    channels-last data does; `elementwise` that the kernel is an elementwise one (no
-    contraction: its tile is a loop nest over the elements, without a staging array).
+    channels-last data does, and `broadcasts` that one of them is constant along it (the
+    vector of a matvec-T, loaded once a row per strip); `elementwise` that the kernel is an
+    elementwise one (no contraction: its tile is a loop nest over the elements, without a
+    staging array).
     """
     tiles = [1] * len(shape)
     if not shape or (reduction_points > 1 and lanes > 1):
@@ -118,6 +140,10 @@ def choose_tiles(
                 _widen_group(shape, tiles, settings.goal_groups, width if whole else 1)
         return tuple(tiles)
     columns = min(shape[-1], settings.vec_size)
+    memory = from_memory(shape, reduction_points, accumulator_bytes)
+    if streams and settings.reduction_steps and (memory or broadcasts):
+        tiles[-1] = _row_strip(shape, settings, accumulator_bytes, memory)
+        return tuple(tiles)
     if streams:  # wider strips, while every core still gets work-groups
         wide = min(shape[-1], max(STREAM_ELEMENTS, settings.vec_size))
         others = prod(shape[:-1])
@@ -153,6 +179,32 @@ def read_order(flat: FlatContraction | None, tiles: Sequence[int]) -> tuple[int,
         return order
     (crosswise, *_) = contiguous
     return (*(d for d in order if d != crosswise), crosswise)
+
+
+def from_memory(shape: Sequence[int], reduction_points: int, accumulator_bytes: int) -> bool:
+    """Whether a streaming reduction reads more than `CACHED_BYTES` (its largest operand's
+    bytes, about: one element per tuple)."""
+    return prod(shape) * reduction_points * accumulator_bytes > CACHED_BYTES
+
+
+def _row_strip(
+    shape: Sequence[int], settings: HardwareSettings, accumulator_bytes: int, memory: bool
+) -> int:
+    """The strip of a streaming reduction under `settings.reduction_steps` (llvm_cpu): up to
+    `STRIP_BYTES` of accumulators, kept in L1, where the operands come from `memory`, else up
+    to `REGISTER_STRIP` vectors (within `max_regs`), kept in registers; as few strips as give
+    every core one (`goal_groups` is four per core), a whole number of vectors each but the
+    last."""
+    size, width = shape[-1], settings.vec_size
+    cores = max(1, settings.goal_groups // 4)
+    if memory:
+        most = STRIP_BYTES // accumulator_bytes
+    else:
+        most = min(width * REGISTER_STRIP.get(width, 8), settings.max_regs // accumulator_bytes)
+    most = max(width, most // width * width)
+    strips = max(-(-size // most), min(-(-size // width), -(-cores // prod(shape[:-1]))))
+    strip = -(-size // strips)
+    return min(size, -(-strip // width) * width)
 
 
 def _lane_group(
