@@ -1,16 +1,17 @@
-"""Streaming reductions on llvm_cpu (`tile.lower.tiles._row_strip`, `tile.lower.contract`'s
-jammed steps): a column sum, a matvec-T, a reduction over a middle axis, whose operands are
-contiguous along the output's last dimension.
+"""Streaming reductions on llvm_cpu (`tile.lower.tiles._row_strip`, `tile.lower.jam`): a
+column sum, a matvec-T, a reduction over a middle axis, whose operands are contiguous along
+the output's last dimension.
 
-Where the operands come from memory (more than `CACHED_BYTES`), a work-group owns a wide
-strip of columns and one pass of its tile loop takes `JAM_STEPS` rows. Those sizes cost tens
-of megabytes; here `CACHED_BYTES` is 0, so that small shapes take that path: strips of
-2048 columns or of 48, the last strip partial, reductions whose length leaves 0 to 3 rows
-after the jammed steps, and some too short to jam. Every case is compared with float64 numpy
-(outputs poisoned) through the reference interpreter and on every shipped device (OpenCL
-has no `reduction_steps` and runs its own kernels), with `+`, `*`, `>` and `<`, float32,
-float16 and int32. The sources are this file's own (output `S`), so no program compiled
-under another threshold is reused from a cache.
+Where the operands come from memory (more than `CACHED_BYTES`, over `STRIP_ROWS` rows), a
+work-group owns a wide strip of columns and one pass of its tile loop takes `JAM_STEPS` rows.
+Those sizes cost tens of megabytes; here `CACHED_BYTES` is 0 and `STRIP_ROWS` 1, so that
+small shapes take that path: strips of 2048 columns or of 48, the last strip partial,
+reductions whose length leaves 0 to 3 rows after the jammed steps, and some too short to jam.
+Every case is compared with float64 numpy (outputs poisoned) through the reference
+interpreter and on every shipped device (OpenCL has no `reduction_steps` and runs its own
+kernels), with `+`, `*`, `>` and `<`, float32, float16 and int32. The sources are this
+file's own (output `S`), so no program compiled under another threshold is reused from a
+cache.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ def from_memory(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     """Every streaming reduction as if from memory, in strips of up to 2048 or 48 floats;
     programs compiled before or under the patch are forgotten, none is read from disk."""
     monkeypatch.setattr(tiles, "CACHED_BYTES", 0)
+    monkeypatch.setattr(tiles, "STRIP_ROWS", 1)
     monkeypatch.setattr(tiles, "STRIP_BYTES", request.param)
     monkeypatch.setenv("TILE_CACHE", "0")
     for device_id in SHIPPED:

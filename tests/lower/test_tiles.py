@@ -149,13 +149,17 @@ def test_streaming_reductions_get_wide_strips() -> None:
 
 def test_streaming_strips_under_reduction_steps() -> None:
     """llvm_cpu (`reduction_steps`): a strip per core, whole vectors but the last; up to
-    STRIP_BYTES of accumulators where the operands come from memory (more than CACHED_BYTES),
+    STRIP_BYTES of accumulators where the operands come from memory (more than CACHED_BYTES,
+    over STRIP_ROWS rows at least),
     REGISTER_STRIP vectors where they come from the caches and one operand is broadcast
     along the strip (a matvec-T); a column sum from the caches keeps STREAM_ELEMENTS."""
     assert LLVM_CPU.goal_groups == 8  # two cores
     memory = {"reduction_points": 4096, "accumulator_bytes": 4, "streams": True}
     cached = {"reduction_points": 100, "accumulator_bytes": 4, "streams": True}
     assert from_memory((3001,), 4096, 4) and not from_memory((3001,), 100, 4)
+    assert not from_memory((2, 55, 55, 1 << 12), 9, 4)  # a pooling window: a few rows
+    pool = {"reduction_points": 9, "accumulator_bytes": 4, "streams": True}
+    assert choose_tiles((2, 55, 55, 1 << 12), LLVM_CPU, **pool)[-1] == STREAM_ELEMENTS
     assert STRIP_BYTES // 4 < 3001 <= 2 * STRIP_BYTES // 4
     assert choose_tiles((3001,), LLVM_CPU, **memory) == (1504,)  # 1504 + 1497
     assert choose_tiles((4096,), LLVM_CPU, **memory) == (2048,)

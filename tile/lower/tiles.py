@@ -78,7 +78,10 @@ STREAM_ELEMENTS = 64
 # (AVX2 code: 0.64 -> 0.45). A plain column sum from the caches keeps `STREAM_ELEMENTS`
 # (strips of a vector keep their masked last vector, `ragged_vector`): the register strips
 # ran it up to 1.5x slower in AVX2 code. AMD Zen 4, 2 threads, interleaved, warm.
+# Shorter reductions (a pooling window, a depthwise filter: 4 to 25 rows) keep the strips
+# of `STREAM_ELEMENTS`, a few vectors in registers; wide strips pay off over many rows.
 CACHED_BYTES = 24 << 20
+STRIP_ROWS = 64
 STRIP_BYTES = 8192
 REGISTER_STRIP = {16: 16, 8: 8}  # vectors of a strip from the caches, by vector width
 
@@ -182,8 +185,10 @@ def read_order(flat: FlatContraction | None, tiles: Sequence[int]) -> tuple[int,
 
 
 def from_memory(shape: Sequence[int], reduction_points: int, accumulator_bytes: int) -> bool:
-    """Whether a streaming reduction reads more than `CACHED_BYTES` (its largest operand's
-    bytes, about: one element per tuple)."""
+    """Whether a streaming reduction walks at least `STRIP_ROWS` rows and reads more than
+    `CACHED_BYTES` (its largest operand's bytes, about: one element per tuple)."""
+    if reduction_points < STRIP_ROWS:
+        return False
     return prod(shape) * reduction_points * accumulator_bytes > CACHED_BYTES
 
 
