@@ -175,6 +175,9 @@ def test_streaming_strips_under_reduction_steps() -> None:
     assert choose_tiles((5,), LLVM_CPU, **cached, broadcasts=True) == (5,)
     avx2 = replace(LLVM_CPU, vec_size=8, max_regs=768)
     assert choose_tiles((3001,), avx2, **cached, broadcasts=True) == (8 * REGISTER_STRIP[8],)
+    assert choose_tiles((4096,), avx2, **memory) == (2048,)  # wide strips that divide the row
+    assert choose_tiles((3001,), avx2, **memory) == (STREAM_ELEMENTS,)  # no masked wide strip
+    assert choose_tiles((3001,), avx2, **memory, broadcasts=True) == (8 * REGISTER_STRIP[8],)
     assert choose_tiles((3001,), LLVM_CPU, **cached) == (STREAM_ELEMENTS,)
     column_sum = "function (X[M, N]) -> (O) { O[n: N] = +(X[m, n]); }"
     assert tiles_of(column_sum, {"X": np.zeros((50, 3001), np.float32)}) == (STREAM_ELEMENTS,)

@@ -9,8 +9,9 @@ adds its tuples in the order of the reduction, so the results are the same bits.
 left at the end of the reduction take one shorter pass.
 
 Not with guards, derived variables or hit flags, which test each step; not in lanes or over
-rows counted at run time; and not from the caches with accumulators in registers, where the
-longer pass ran slower (matvec-T 1000 x 1000: 0.10 ms one row a pass, 0.18 with four).
+rows counted at run time; and not with accumulators in registers (a strip within `max_regs`),
+where the longer pass ran slower: matvec-T 1000 x 1000 from the caches, 0.10 ms one row a
+pass, 0.18 with four; 4099 x 3001 from memory in AVX2 code, strips of 64, 4.4 and 4.8.
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ def jam_steps(
     points = product(flat.ranges[k] for k in flat.reductions)
     acc_bytes = accumulator_dtype(flat.dtype).itemsize
     if innermost < 2 * JAM_STEPS or not from_memory(shape, points, acc_bytes):
+        return 1
+    if tiles[last] * acc_bytes <= settings.max_regs:  # accumulators in registers
         return 1
     strides = [access.strides[last] for access in flat.operands]
     if not all(stride in (0, 1) for stride in strides) or not any(strides):

@@ -80,8 +80,14 @@ STREAM_ELEMENTS = 64
 # ran it up to 1.5x slower in AVX2 code. AMD Zen 4, 2 threads, interleaved, warm.
 # Shorter reductions (a pooling window, a depthwise filter: 4 to 25 rows) keep the strips
 # of `STREAM_ELEMENTS`, a few vectors in registers; wide strips pay off over many rows.
+# In AVX2 code a wide strip from memory that sticks out of the row masks every load of its
+# elements: matvec-T 4099 x 3001 4.6 ms in two strips of 1504 (the second partial), 4.1 in
+# register strips; AVX-512 masks at no cost (3.1 against 3.9). Narrower vectors than
+# `MASKED_WIDTH` take wide strips only where they divide the row (4096: 2.4 against 4.4),
+# else the strips from the caches.
 CACHED_BYTES = 24 << 20
 STRIP_ROWS = 64
+MASKED_WIDTH = 16
 STRIP_BYTES = 8192
 REGISTER_STRIP = {16: 16, 8: 8}  # vectors of a strip from the caches, by vector width
 
@@ -143,10 +149,17 @@ def choose_tiles(
                 _widen_group(shape, tiles, settings.goal_groups, width if whole else 1)
         return tuple(tiles)
     columns = min(shape[-1], settings.vec_size)
-    memory = from_memory(shape, reduction_points, accumulator_bytes)
-    if streams and settings.reduction_steps and (memory or broadcasts):
-        tiles[-1] = _row_strip(shape, settings, accumulator_bytes, memory)
-        return tuple(tiles)
+    if streams and settings.reduction_steps:
+        strip = 0
+        if from_memory(shape, reduction_points, accumulator_bytes):
+            strip = _row_strip(shape, settings, accumulator_bytes, True)
+            if shape[-1] % strip and settings.vec_size < MASKED_WIDTH:
+                strip = 0  # a partial wide strip: masked loads
+        if not strip and broadcasts:
+            strip = _row_strip(shape, settings, accumulator_bytes, False)
+        if strip:
+            tiles[-1] = strip
+            return tuple(tiles)
     if streams:  # wider strips, while every core still gets work-groups
         wide = min(shape[-1], max(STREAM_ELEMENTS, settings.vec_size))
         others = prod(shape[:-1])
