@@ -43,7 +43,7 @@ from tile.lower.relayout import relayout_output
 from tile.lower.rows import RowRun, generate_run, row_runs
 from tile.lower.special import generate_prng, generate_scatter
 from tile.lower.split import split_reduction
-from tile.lower.tiles import choose_tiles
+from tile.lower.tiles import choose_tiles, streaming
 from tile.lower.vector import generate_vector_contraction
 
 if TYPE_CHECKING:
@@ -359,8 +359,7 @@ def _tiles(
             if last >= 0 and access.strides[last] != 1:
                 contiguous = [k for k in range(last) if access.strides[k] == 1]
                 crosswise = contiguous[0] if contiguous else crosswise
-        streams = last >= 0 and all(access.strides[last] in (0, 1) for access in flat.operands)
-        streams = streams and any(access.strides[last] for access in flat.operands)
+        streams = streaming(flat)
         broadcasts = streams and any(not access.strides[last] for access in flat.operands)
     return choose_tiles(
         plan.shape,

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Protocol
 from semtree.nodes import Load, Lookup
 from tile.lower.accumulators import accumulator_dtype
 from tile.lower.kernel import affine, product
-from tile.lower.tiles import from_memory
+from tile.lower.tiles import from_memory, streaming
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -52,20 +52,16 @@ def jam_steps(
 ) -> int:
     """How many steps of `flat`'s innermost reduction loop one pass takes, for a kernel
     writing `shape` in `tiles`; `plain`: no lanes, hit flags or rows counted at run time."""
-    last = len(tiles) - 1
-    if not settings.reduction_steps or not plain or not flat.reductions or last < 0:
+    if not settings.reduction_steps or not plain or not tiles or not flat.reductions:
         return 1
-    innermost = flat.ranges[flat.reductions[-1]]
-    if tiles[last] < settings.vec_size or flat.constraints or flat.derived:
+    if flat.constraints or flat.derived or not streaming(flat):
         return 1
     points = product(flat.ranges[k] for k in flat.reductions)
     acc_bytes = accumulator_dtype(flat.dtype).itemsize
+    innermost = flat.ranges[flat.reductions[-1]]
     if innermost < 2 * JAM_STEPS or not from_memory(shape, points, acc_bytes):
         return 1
-    if tiles[last] * acc_bytes <= settings.max_regs:  # accumulators in registers
-        return 1
-    strides = [access.strides[last] for access in flat.operands]
-    if not all(stride in (0, 1) for stride in strides) or not any(strides):
+    if tiles[-1] * acc_bytes <= settings.max_regs:  # accumulators in registers
         return 1
     return JAM_STEPS
 

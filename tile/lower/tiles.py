@@ -197,6 +197,14 @@ def read_order(flat: FlatContraction | None, tiles: Sequence[int]) -> tuple[int,
     return (*(d for d in order if d != crosswise), crosswise)
 
 
+def streaming(flat: FlatContraction) -> bool:
+    """Whether every operand of `flat` reads the last output dimension contiguously or not at
+    all, and one reads it (a column sum, a matvec-T, channels-last pooling)."""
+    last = flat.outputs - 1
+    strides = [access.strides[last] for access in flat.operands] if last >= 0 else []
+    return any(strides) and all(stride in (0, 1) for stride in strides)
+
+
 def from_memory(shape: Sequence[int], reduction_points: int, accumulator_bytes: int) -> bool:
     """Whether a streaming reduction walks at least `STRIP_ROWS` rows and reads more than
     `CACHED_BYTES` (its largest operand's bytes, about: one element per tuple)."""
