@@ -80,6 +80,7 @@ from tile.lower.kernel import (
     conjunction,
     fused_value,
     guard,
+    guarded_reads,
     product,
 )
 from tile.lower.ops import Typed, aggregate, combine, constant, convert, identity, zero
@@ -457,9 +458,9 @@ class _GroupKernel:
         contraction = self.plan.contraction
         if contraction is not None:
             ops = ops[1:]
-            statements += self.bind(
-                values, contraction.output, self.result(coordinates, tile_index)
-            )
+            result = self.result(coordinates, tile_index)
+            statements += self.bind(values, contraction.output, result)
+        hoisted = guarded_reads(ops, values, coordinates, tile.levels, tile.partial, self.writer)
         for op in ops:
             value = fused_value(op, values, coordinates, self.context, self.writer, self.settings)
             statements += self.bind(values, op.output, value)
@@ -470,7 +471,7 @@ class _GroupKernel:
             start = output.offset if output is not None and output.tensor == name else 0
             offset = affine(zip(row_major(dims), coordinates, strict=True), start)
             statements.append(self.writer.store(name, offset, values[name]))
-        return statements, []
+        return statements, hoisted
 
     def bind(self, values: dict[str, Typed], name: str, value: Typed) -> list[Stmt]:
         declaration, variable = self.writer.declare(Type.value(value.dtype), f"v{name}", value.expr)
