@@ -17,6 +17,7 @@ from tests.fuzz.programs import Case
 from tests.lower.harness import LLVM_CPU, run_program
 from tests.shipped import SHIPPED, shipped_devices
 from tile.lower.generate import generate_program
+from tile.lower.rows import FEW_ROWS_LENGTH
 
 SOFTMAX = """function (X[M, N]) -> (O) {
     MX[m, 0: M, 1] = >(X[m, n]);
@@ -97,7 +98,10 @@ def test_which_runs_fuse() -> None:
     assert fused_steps(LOGSOFTMAX_3D, {"X": _rand(rng, 4, 8, 30)}) == [4]
     assert fused_steps(COLUMN_SOFTMAX, {"X": x}) == []  # its reductions run down columns
     assert fused_steps(SHIFTED, {"X": x}) == []  # a row reads the next row's values
-    assert fused_steps(SOFTMAX, {"X": _rand(rng, 8, 100)}) == []  # too few rows for the cores
+    assert fused_steps(SOFTMAX, {"X": _rand(rng, 1, 100)}) == [4]  # one core does it at once
+    few_long = _rand(rng, 2, FEW_ROWS_LENGTH + 1)
+    assert fused_steps(SOFTMAX, {"X": few_long}) == []  # too few rows for the cores
+    assert fused_steps(SOFTMAX, {"X": few_long[:, :-1]}) == [4]
     assert fused_steps(SOFTMAX, {"X": x}, GPU) == []  # GPU-style kernels are not fused
 
 
@@ -126,7 +130,9 @@ def devices() -> dict:
 
 
 @pytest.mark.parametrize("device_id", SHIPPED)
-@pytest.mark.parametrize(("m", "n"), [(16, 1), (17, 9), (33, 64), (40, 1000), (5000, 3)])
+@pytest.mark.parametrize(
+    ("m", "n"), [(1, 1), (1, 4099), (3, 17), (16, 1), (17, 9), (33, 64), (40, 1000), (5000, 3)]
+)
 def test_fused_rows_on_devices(device_id: str, m: int, n: int, devices: dict) -> None:
     rng = np.random.default_rng(m * n)
     cases = [
