@@ -39,6 +39,11 @@ COLUMNS = "function (X[M, N]) -> (S) {{ S[n: N] = {agg}(X[m, n]); }}"
 MATVEC_T = "function (A[M, N], V[M]) -> (S) { S[n: N] = +(A[m, n] * V[m]); }"
 MIDDLE = "function (X[A, B, C]) -> (S) {{ S[a, c: A, C] = {agg}(X[a, b, c]); }}"
 SCALED = "function (X[M, N], W[N]) -> (S) { S[n: N] = >(X[m, n] * W[n]); }"
+# x @ A as a product of one row (`tile.lower.vector._one_row_from_memory`), with an epilogue.
+ROW = (
+    "function (V[U, M], A[M, N], D[N]) -> (S) { P[u, n: U, N] = +(V[u, m] * A[m, n]); "
+    "S = relu(P + D); }"
+)
 ROWS = (1, 7, 8, 9, 10, 11, 33)  # under 2 * JAM_STEPS: no jam; then 0..3 rows left over
 WIDTHS = (1, 15, 17, 47, 49, 129, 2047, 2049, 3001)
 
@@ -69,8 +74,11 @@ def cases(rng: np.random.Generator, small: bool) -> list[Case]:
     widths = [w for w in WIDTHS if w < 200] if small else list(WIDTHS)
     for index in range(12 if small else 24):
         m, n = int(rng.choice(ROWS)), int(rng.choice(widths))
-        kind = index % 6
-        if kind == 0:
+        kind = index % 7
+        if kind == 6:
+            inputs = {"V": _data(rng, 1, m), "A": _data(rng, m, n), "D": _data(rng, n)}
+            found.append(Case("row", ROW, inputs))
+        elif kind == 0:
             inputs = {"A": _data(rng, m, n), "V": _data(rng, m)}
             found.append(Case("matvec-T", MATVEC_T, inputs))
         elif kind == 1:
@@ -102,6 +110,8 @@ def _reference(case: Case) -> np.ndarray:
     if case.family == "middle":
         reduce = np.sum if "+(" in case.source else np.max
         return reduce(inputs["X"], axis=1)
+    if case.family == "row":
+        return np.maximum(inputs["V"] @ inputs["A"] + inputs["D"], 0)
     if case.family == "scaled":
         return np.max(inputs["X"] * inputs["W"], axis=0)
     reduce = {"+(": np.sum, "*(": np.prod, ">(": np.max, "<(": np.min}
@@ -122,6 +132,26 @@ def test_strips_and_steps_where_the_operands_come_from_memory(from_memory: int) 
     plain = replace(LLVM_CPU, reduction_steps=False)  # OpenCL: neither
     (kernel,) = generate_program(tile.Function(source).bind(x), plain).kernels
     assert all(n.step == 1 for n in walk(kernel.body) if isinstance(n, For))  # type: ignore[arg-type]
+
+
+def test_a_product_of_one_row_from_memory_streams(from_memory: int) -> None:
+    """x @ A from memory takes the strips, not the register tile, which has no rows to
+    share A's loads (`b_row`: its row of B); from the caches, the register tile."""
+    inputs = {"V": np.zeros((1, 77), np.float32), "A": np.zeros((77, 3001), np.float32)}
+    inputs["D"] = np.zeros(3001, np.float32)
+    bound = tile.Function(ROW).bind(inputs)
+    (kernel,) = generate_program(bound, LLVM_CPU).kernels
+    assert "b_row" not in str(kernel.body)
+    assert kernel.tile == (1, {8192: 1504, 2112: 512}[from_memory])
+    two = tile.Function(ROW).bind({**inputs, "V": np.zeros((2, 77), np.float32)})
+    assert all("b_row" in str(k.body) for k in generate_program(two, LLVM_CPU).kernels)
+
+
+def test_a_product_of_one_row_from_the_caches_keeps_the_register_tile() -> None:
+    inputs = {"V": np.zeros((1, 77), np.float32), "A": np.zeros((77, 3001), np.float32)}
+    bound = tile.Function(ROW).bind({**inputs, "D": np.zeros(3001, np.float32)})
+    (kernel,) = generate_program(bound, LLVM_CPU).kernels
+    assert "b_row" in str(kernel.body)
 
 
 def test_no_jam_from_the_caches() -> None:
