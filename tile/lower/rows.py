@@ -13,8 +13,8 @@ bodies into one function, each in its own scope, over the union of their buffers
 passed between the steps still go through their buffers (the temporaries stay), now within
 one work-item, which reads them right after writing them.
 
-A run needs at least one reduction, two plans or more, and rows enough to keep the device's
-cores busy (`2 * goal_groups`), or rows short enough that one core does each at once
+A run needs at least one reduction, two plans or more, and a row for every core
+(`goal_groups // 4`), or rows short enough that one core does each at once
 (`FEW_ROWS_LENGTH`); only CPU-style settings (one work-item per group) fuse rows.
 """
 
@@ -42,10 +42,11 @@ if TYPE_CHECKING:
     from tile.lower.kernel import ProgramContext
 
 
-# The longest rows fused where there are fewer than the cores want: a softmax over one row
-# of 4096 took 19.5 µs in four launches over both cores and 11.5 in one kernel; at 100003
-# (400 KB) the two were level (llvm_cpu.0, AMD Zen 4, 2 cores). Past that, a core alone
-# per row leaves the others idle on work they would share.
+# The longest rows fused where there are fewer rows than cores: a softmax over one row of
+# 4096 took 19.5 µs in four launches over both cores and 11.5 in one kernel; at 100003
+# (400 KB) the two were level, at 10^6 fused was 1.4x slower (llvm_cpu.0, AMD Zen 4, 2
+# cores): a core alone per row leaves the others idle. With a row per core, fused won at
+# every length: 3 x 100003 259 -> 154 µs, 6 x 300000 1614 -> 1382, 4 x 10^6 3446 -> 3056.
 FEW_ROWS_LENGTH = 65536
 
 
@@ -114,7 +115,7 @@ def _grow(
         stop += 1
     if stop - start < 2 or not run.reductions or run.length is None:
         return None
-    if product(run.rows) < 2 * settings.goal_groups and run.length > FEW_ROWS_LENGTH:
+    if product(run.rows) < max(1, settings.goal_groups // 4) and run.length > FEW_ROWS_LENGTH:
         return None
     plans_taken = tuple(plans[start:stop])
     return RowRun(start, stop, plans_taken, tuple(run.flats), run.rows, run.length)
