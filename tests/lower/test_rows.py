@@ -147,3 +147,62 @@ def test_fused_rows_on_devices(device_id: str, m: int, n: int, devices: dict) ->
     for case in cases:
         outcome = check(case, devices[device_id])
         assert outcome.kind == "ok", f"{case.family} {m}x{n}: {outcome}"
+
+
+# Temporaries held in place (`tile.lower.rows.in_place`): E is read after O's step (so it
+# cannot live in O, but can in P), read by a kernel outside the run, or a program output.
+LATE = """function (X[M, N]) -> (O, P) {
+    MX[m, 0: M, 1] = >(X[m, n]);
+    E = exp(X - MX);
+    S[m, 0: M, 1] = +(E[m, n]);
+    O = E / S;
+    T[m, 0: M, 1] = +(O[m, n] * E[m, n]);
+    P = T + E;
+}"""
+OUTSIDE = """function (X[M, N]) -> (O, Q) {
+    MX[m, 0: M, 1] = >(X[m, n]);
+    E = exp(X - MX);
+    S[m, 0: M, 1] = +(E[m, n]);
+    O = E / S;
+    Q[n, m: N, M] = =(E[m, n]);
+}"""
+KEPT = SOFTMAX.replace("-> (O)", "-> (O, E)")
+
+
+def _in_place_answers(x: np.ndarray) -> dict[str, dict[str, np.ndarray]]:
+    wide = x.astype(np.float64)
+    e = np.exp(wide - wide.max(axis=1, keepdims=True))
+    o = e / e.sum(axis=1, keepdims=True)
+    late = {"O": o, "P": (o * e).sum(axis=1, keepdims=True) + e}
+    return {LATE: late, OUTSIDE: {"O": o, "Q": e.T}, KEPT: {"O": o, "E": e}, SOFTMAX: {"O": o}}
+
+
+def test_which_temporaries_are_held_in_place() -> None:
+    x = _rand(np.random.default_rng(5), 17, 33)
+    temporaries = {
+        source: generate_program(tile.Function(source).bind({"X": x}), LLVM_CPU).temporaries
+        for source in (SOFTMAX, LATE, OUTSIDE)
+    }
+    assert temporaries[SOFTMAX] == ("S",)  # MX held in S, E in O
+    assert "E" not in temporaries[LATE] and "E" in temporaries[OUTSIDE]
+    (kernel,) = generate_program(tile.Function(SOFTMAX).bind({"X": x}), LLVM_CPU).kernels
+    assert [param.name for param in kernel.params] == ["S", "O", "X"]
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (17, 33), (5, 1025)])
+def test_temporaries_held_in_place_match_numpy(shape: tuple[int, int]) -> None:
+    x = _rand(np.random.default_rng(shape[1]), *shape)
+    for source, answers in _in_place_answers(x).items():
+        for settings in (LLVM_CPU, WIDE):
+            got = run_program(source, {"X": x}, settings)
+            for name, want in answers.items():
+                np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("device_id", SHIPPED)
+def test_temporaries_held_in_place_on_devices(device_id: str, devices: dict) -> None:
+    x = _rand(np.random.default_rng(7), 40, 1000)
+    for source, answers in _in_place_answers(x).items():
+        outputs = tile.Function(source)(device=devices[device_id], X=x)
+        for name, want in answers.items():
+            np.testing.assert_allclose(np.asarray(outputs[name]), want, rtol=1e-5, atol=1e-6)

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from semtree.types import TensorShape
     from tile.bind.program import BoundProgram
     from tile.lower.flat import FlatContraction
-    from tile.lower.fuse import KernelPlan
+    from tile.lower.fuse import KernelPlan, ProgramPlan
     from tile.lower.kernel import GeneratedBody
     from tile.lower.split import Split
     from tile.lower.tuning import Tuning
@@ -96,7 +96,10 @@ def generate_program(
             continue
         name = f"{prefix}_{index}"
         run = runs.get(index)
-        fused = None if run is None else generate_run(run, context, settings, name)
+        fused = None
+        if run is not None:
+            keep = _kept(plan, run, context)
+            fused = generate_run(run, context, settings, name, keep)
         if fused is not None:
             assert run is not None
             kernels.append(_row_info(name, run, fused, context, bodies))
@@ -193,14 +196,27 @@ def generate_program(
             then_plan, then_flat = after.then
             then_name = f"{name}_{after.suffix}"
             kernels.append(_side_kernel(then_name, then_plan, then_flat, context, settings, bodies))
+    used = {param.name for kernel in kernels for param in kernel.params}
+    unused = {buffer for buffer in temporaries if buffer not in used}  # held in place
     return KernelList(
         kernels=tuple(kernels),
-        shapes=shapes,
+        shapes={buffer: shape for buffer, shape in shapes.items() if buffer not in unused},
         inputs=plan.inputs,
         outputs=plan.outputs,
-        temporaries=tuple(temporaries),
+        temporaries=tuple(buffer for buffer in temporaries if buffer not in unused),
         var_rewrites={},
     )
+
+
+def _kept(plan: ProgramPlan, run: RowRun, context: ProgramContext) -> set[str]:
+    """The buffers a row-fused run must leave as they are (`tile.lower.rows.in_place`): the
+    program's inputs and outputs, and every buffer a kernel outside the run reads."""
+    kept = {context.buffer_of[name] for name in (*plan.inputs, *plan.outputs)}
+    for index, kernel_plan in enumerate(plan.kernels):
+        if not run.start <= index < run.stop:  # a value computed in the kernel has no buffer
+            names = {name for op in kernel_plan.ops for name in op.inputs}
+            kept.update(context.buffer_of[name] for name in names if name in context.buffer_of)
+    return kept
 
 
 # The rows a reduction over a dynamic batch is tiled for: many, so that it gets the register

@@ -11,7 +11,10 @@ turn: the row is in cache from the first step to the last, and the launches are 
 run with a tile of one whole row (one work-group per row, the same grid for all) and joins the
 bodies into one function, each in its own scope, over the union of their buffers. Values
 passed between the steps still go through their buffers (the temporaries stay), now within
-one work-item, which reads them right after writing them.
+one work-item, which reads them right after writing them. A temporary that only the run
+reads, and that a later step's output of its shape can hold (`in_place`), is written into
+that output's buffer instead: softmax's `E = exp(X - MX)` into O, which `O = E / S` then
+overwrites element by element, so no full-size temporary passes through memory.
 
 A run needs at least one reduction, two plans or more, and a row for every core
 (`goal_groups // 4`), or rows short enough that one core does each at once
@@ -32,7 +35,7 @@ from tile.lower.fuse import PlanKind, reads
 from tile.lower.kernel import GeneratedBody, product
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Collection, Mapping, Sequence
 
     from semtree.kernel import HardwareSettings
     from semtree.nodes import Node
@@ -206,22 +209,73 @@ def _reduction_length(
     return length
 
 
+def in_place(run: RowRun, context: ProgramContext, keep: Collection[str]) -> dict[str, str]:
+    """The temporaries of the run that a later step's output can hold: buffer -> the
+    output's buffer. A temporary qualifies when no buffer of `keep` (read outside the run,
+    or an input or output of the program) is it; the output has its shape and is written
+    by a step whose every read of the temporary is at the element it stores, after which
+    no step reads the temporary. Each output holds one temporary at most."""
+    written, read = [], []
+    for plan in run.plans:
+        written.append([context.buffer_of[name] for name in plan.stores])
+        read.append(
+            [
+                (context.buffer_of[name], local and op.fn != "gather")
+                for op in plan.ops
+                for name, local in reads(op)
+                if not context.is_constant(name)
+            ]
+        )
+    held: dict[str, str] = {}
+    for start, buffers in enumerate(written):
+        for buffer in buffers:
+            if buffer in keep or buffer in held or buffer in held.values():
+                continue
+            for step in range(start + 1, len(run.plans)):
+                if any(b == buffer for later in read[step + 1 :] for b, _ in later):
+                    continue  # read after that step overwrites it
+                if not all(local for b, local in read[step] if b == buffer):
+                    continue
+                shape = run.plans[step].shape
+                targets = [
+                    target
+                    for target in written[step]
+                    if context.shapes[target] == context.shapes[buffer]
+                    and context.shapes[target].dims == tuple(shape)
+                    and target not in held
+                    and target not in held.values()
+                ]
+                if targets:
+                    held[buffer] = targets[0]
+                    break
+    return held
+
+
 def generate_run(
-    run: RowRun, context: ProgramContext, settings: HardwareSettings, name: str
+    run: RowRun,
+    context: ProgramContext,
+    settings: HardwareSettings,
+    name: str,
+    keep: Collection[str] = (),
 ) -> GeneratedBody | None:
-    """One kernel for the run's plans: a work-group per row, the plans' steps in turn."""
+    """One kernel for the run's plans: a work-group per row, the plans' steps in turn; the
+    temporaries `in_place` finds (none of `keep`) held in the outputs that follow them."""
     generated: list[GeneratedBody] = []
     for plan, flat in zip(run.plans, run.flats, strict=True):
         tiles = (*(1 for _ in run.rows), plan.shape[-1])
         generated.append(generate_group(plan, flat, context, settings, tiles, name))
     if len({body.global_size for body in generated}) != 1:
         return None
-    outputs = list(dict.fromkeys(b for body in generated for b in body.outputs))
+    held = in_place(run, context, keep)
+    outputs = list(dict.fromkeys(b for body in generated for b in body.outputs if b not in held))
     inputs = [
-        b for b in dict.fromkeys(b for body in generated for b in body.inputs) if b not in outputs
+        b
+        for b in dict.fromkeys(b for body in generated for b in body.inputs)
+        if b not in outputs and b not in held
     ]
     names = {buffer: f"out{i}" for i, buffer in enumerate(outputs)}
     names |= {buffer: f"in{i}" for i, buffer in enumerate(inputs)}
+    names |= {buffer: names[target] for buffer, target in held.items()}
     locals_ = {
         node.name if isinstance(node, Declare) else node.var
         for body in generated
