@@ -193,19 +193,23 @@ class KernelWriter:
             raise GenerateError(f"storing a {value.dtype} value into {tensor}")
         return Store(Subscript(Lookup(param), offset), value.expr)
 
-    def offset_at(self, tensor: str, coordinates: Sequence[Expr]) -> Expr:
-        """Row-major offset of `tensor` at `coordinates`, aligned at the last dimension and
-        broadcasting size-1 dimensions (spec 7.2)."""
+    def indexed_axes(self, tensor: str, rank: int) -> list[tuple[int, int]] | None:
+        """(grid axis, stride) of each dimension of `tensor` that a grid of `rank` axes
+        indexes: aligned at the last dimension, size-1 dimensions broadcast (spec 7.2);
+        None where `tensor` has more dimensions than the grid."""
         dims = self.context.dims(tensor)
-        skip = len(coordinates) - len(dims)
+        skip = rank - len(dims)
         if skip < 0:
+            return None
+        strides = zip(dims, row_major(dims), strict=True)
+        return [(skip + axis, stride) for axis, (size, stride) in enumerate(strides) if size != 1]
+
+    def offset_at(self, tensor: str, coordinates: Sequence[Expr]) -> Expr:
+        """Row-major offset of `tensor` at `coordinates` (`indexed_axes`)."""
+        axes = self.indexed_axes(tensor, len(coordinates))
+        if axes is None:
             raise GenerateError(f"{tensor} has more dimensions than the kernel grid")
-        terms = [
-            (stride, coordinates[skip + axis])
-            for axis, (size, stride) in enumerate(zip(dims, row_major(dims), strict=True))
-            if size != 1
-        ]
-        return affine(terms)
+        return affine((stride, coordinates[axis]) for axis, stride in axes)
 
     def read_at(self, tensor: str, coordinates: Sequence[Expr]) -> Typed:
         if self.context.is_constant(tensor):
@@ -408,10 +412,9 @@ def guarded_reads(
         for name in op.inputs:
             if name in values or name in computed or context.is_constant(name):
                 continue
-            dims = context.dims(name)
-            skip = len(coordinates) - len(dims)
-            used = [skip + axis for axis, size in enumerate(dims) if size != 1]
-            if skip < 0 or any(axis in partial for axis in used):
+            axes = writer.indexed_axes(name, len(coordinates))
+            used = [axis for axis, _ in axes or ()]
+            if axes is None or any(axis in partial for axis in used):
                 continue
             value = writer.read_at(name, coordinates)
             declaration, variable = writer.declare(Type.value(value.dtype), f"v{name}", value.expr)
