@@ -104,6 +104,7 @@ class HostCpu:
             "fast_math": False,
             "half_as_float": True,
             "reduction_steps": True,
+            "row_folds": True,
             "transpose_tile": 64,
         }
 

@@ -267,6 +267,10 @@ class HardwareSettings:
     # vector operand packed in panels first (tile.lower.vector_blocks): llvm_cpu. (PoCL's
     # kernels of 8-float vectors ran 1.0-1.5x slower so.)
     reduction_steps: bool = False
+    # A short reduction in lanes takes a group of rows, whose lanes fold together in shuffles
+    # (tile.lower.accumulators.fold_rows): llvm_cpu, where one row per group left LLVM
+    # vectorising across groups.
+    row_folds: bool = False
     # The square tile, per side, of a kernel that transposes (an operand contiguous along an
     # output dimension that is not the last): 64 on CPU devices, whose tiles move in 8 x 8
     # register blocks (tile.lower.transpose); smaller where the element path's private copy
@@ -332,6 +336,7 @@ class HardwareSettings:
             max_work_group_size=1,
             half_as_float=True,
             reduction_steps=True,
+            row_folds=True,
             transpose_tile=64,
         )
 

@@ -54,12 +54,21 @@ def test_policy() -> None:
 
 def test_short_reductions_in_lanes_share_a_group_under_vector_loops() -> None:
     """A reduction in lanes over short rows computes one element per group where the device
-    runs the groups in a loop of its own (llvm_cpu), and under `vector_loops` (an OpenCL CPU,
-    a call per group) as many as keep a group's reads under GROUP_ELEMENTS, its accumulators
-    within 256 and every core its groups."""
+    runs the groups in a loop of its own and does not fold rows together (`row_folds`), a row
+    of `lanes` elements where it does (llvm_cpu: `folds_rows`), and under `vector_loops` (an
+    OpenCL CPU, a call per group) as many as keep a group's reads under GROUP_ELEMENTS, its
+    accumulators within 256 and every core its groups."""
     wide = replace(LLVM_CPU, vector_loops=True)
     short = {"reduction_points": 19, "accumulator_bytes": 4, "lanes": 8}
-    assert choose_tiles((57, 39, 90), LLVM_CPU, **short) == (1, 1, 1)
+    assert choose_tiles((57, 39, 90), replace(LLVM_CPU, row_folds=False), **short) == (1, 1, 1)
+    assert choose_tiles((57, 39, 90), LLVM_CPU, **short) == (1, 1, 8)
+    assert choose_tiles((57, 39, 7), LLVM_CPU, **short) == (1, 1, 1)  # rows under the lanes
+    assert choose_tiles((1, 1, 50), LLVM_CPU, **short) == (1, 1, 1)  # 7 groups: too few
+    assert choose_tiles((1, 1, 57), LLVM_CPU, **short) == (1, 1, 8)  # 8 groups
+    long = {"reduction_points": 32, "accumulator_bytes": 4, "lanes": 8}  # 4 steps of lanes
+    assert choose_tiles((57, 39, 90), LLVM_CPU, **long) == (1, 1, 1)
+    doubles = {"reduction_points": 19, "accumulator_bytes": 8, "lanes": 16}  # two vectors
+    assert choose_tiles((57, 39, 90), LLVM_CPU, **doubles) == (1, 1, 1)
     assert choose_tiles((200070,), wide, **short) == (32,)  # 32 x 8 accumulators
     assert choose_tiles((57, 39, 90), wide, **short) == (1, 1, 32)
     long = {"reduction_points": 300, "accumulator_bytes": 4, "lanes": 64}

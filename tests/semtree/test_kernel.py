@@ -231,6 +231,7 @@ def test_llvm_cpu_preset() -> None:
         fast_math=False,
         half_as_float=True,
         reduction_steps=True,
+        row_folds=True,
         transpose_tile=64,
     )
     avx2 = HardwareSettings.llvm_cpu(4, {"avx2"})

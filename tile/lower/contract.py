@@ -28,7 +28,9 @@ No hit flag is needed where every element gets a tuple (no guards or derived var
 where the accumulator starts at an unwritten element's value (0 for `+`, `=` with no default).
 
 Lanes (`tile.lower.accumulators`): a float reduction along a contiguous variable keeps several
-partial results per element and folds them pairwise after the loops. Jammed steps
+partial results per element and folds them pairwise after the loops; where the tile is a row of
+`lanes` short reductions (`rows_fold`), each element reduces into an accumulator of its own, and
+the tile's fold together in shuffles. Jammed steps
 (`tile.lower.jam`, llvm_cpu): a streaming reduction from memory takes several steps of its
 innermost loop per pass of the tile loops, each element adding them in order.
 
@@ -39,8 +41,7 @@ each load of a tensor read row by row moves by `row` times its elements per row.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from semtree import builder as sb
@@ -65,16 +66,16 @@ from tile.lang.syntax import AggOp, CombOp
 from tile.lower.accumulators import (
     accumulator_dtype,
     fold_lanes,
+    fold_rows,
     identity_is_unwritten,
     lane_split,
+    own_accumulator,
 )
 from tile.lower.flatten import row_major
 from tile.lower.jam import jam_steps, jammed
 from tile.lower.kernel import (
     MIN_WHOLE_TUPLES,
     GeneratedBody,
-    Grid,
-    KernelWriter,
     RowLoop,
     affine,
     conjunction,
@@ -84,31 +85,18 @@ from tile.lower.kernel import (
     product,
 )
 from tile.lower.ops import Typed, aggregate, combine, constant, convert, identity, zero
-from tile.lower.tiles import ragged_vector, read_order
+from tile.lower.tile_nest import TileElement, TileNest
+from tile.lower.tiles import MAX_FOLD_LANES, ragged_vector, read_order
 from tile.lower.transpose import with_blocks
 from tile.lower.widen import widen, widen_lanes
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from semtree.kernel import HardwareSettings
     from tile.lower.flat import FlatConstraint, FlatContraction
     from tile.lower.fuse import KernelPlan
     from tile.lower.kernel import ProgramContext
-
-
-@dataclass(slots=True)
-class TileElement:
-    """One element of a work-group's tile, as the loop nest over the tile sees it."""
-
-    coordinates: list[Expr]  # one INDEX expression per output dimension
-    index: Expr  # the element's position in the tile's accumulator arrays
-    levels: list[int]  # per dimension: the tile loop binding it (0: none, outside them)
-    partial: set[int]  # dimensions whose last tile may stick out of the shape
-    inside: Expr | None = None  # whether the element is inside the shape (None: always)
-
-
-ElementBody = Callable[[TileElement], tuple[list[Stmt], list[tuple[int, Stmt]]]]
 
 
 def generate_group(
@@ -141,7 +129,7 @@ def generate_group(
     return generated if widened is None else replace(generated, body=widened)
 
 
-class _GroupKernel:
+class _GroupKernel(TileNest):
     def __init__(
         self,
         plan: KernelPlan,
@@ -152,19 +140,8 @@ class _GroupKernel:
         over_rows: RowLoop | None = None,
         pad: bool = True,
     ) -> None:
+        super().__init__(plan, flat, context, settings, tiles)
         self.pad = pad and not settings.vector_loops  # `padded`
-        self.plan = plan
-        self.flat = flat
-        self.context = context
-        self.settings = settings
-        self.writer = KernelWriter(context, plan.stores)
-        self.grid = Grid.build(self.writer, plan.shape, tiles, settings)
-        self.tiles = tiles
-        if flat is not None:
-            names = flat.names[: flat.outputs]
-        else:
-            names = tuple(f"x{d}" for d in range(len(plan.shape)))
-        self.coordinate_names = names
         self.flops = 0
         self.tuples: int | None = None  # a contraction's, once its accumulation is built
         self.acc = ""
@@ -177,8 +154,6 @@ class _GroupKernel:
         self.lane_counter = self.lane = ""
         self.over_rows = over_rows
         self.row: Expr | None = None  # the row counter under `over_rows`
-        self.read_order = read_order(flat, tiles)
-        self.whole = False  # the tile lies wholly inside the shape (module docstring)
 
     # ---- structure -----------------------------------------------------------------------------
 
@@ -202,60 +177,6 @@ class _GroupKernel:
             self.writer.bytes(self.tuples),
         )
 
-    def tile_loops(self, tag: str, element: ElementBody, *, reading: bool = False) -> Stmt:
-        """Loops over the elements of the tile, one per tiled dimension: in output order, or
-        in `read_order` when `reading` (the tile's elements are laid out in that order).
-
-        `element(tile)` gives the statements for one element, run only where the element is
-        inside the shape, and statements to hoist to outer loop levels (level 0 is outside
-        every tile loop): loads that do not depend on the inner loops.
-        """
-        tile = TileElement([], IntConst(0), [], set())
-        order = self.read_order if reading else range(len(self.plan.shape))
-        nest = [d for d in order if self.tiles[d] > 1]
-        counters = [(self.writer.fresh(f"t{tag}{d}"), self.tiles[d]) for d in nest]
-        declarations: dict[int, list[Stmt]] = {}
-        strides: dict[int, int] = {}
-        stride = 1
-        for dimension in reversed(self.read_order):
-            if self.tiles[dimension] > 1:
-                strides[dimension] = stride
-                stride *= self.tiles[dimension]
-        tile_terms: list[tuple[int, Expr]] = []
-        for dimension, (size, extent) in enumerate(zip(self.plan.shape, self.tiles, strict=True)):
-            value = self.grid.bases[dimension]
-            level = 0
-            if extent > 1:
-                level = nest.index(dimension) + 1
-                offset = Load(Lookup(counters[level - 1][0]))
-                value = affine([(1, value), (1, offset)])
-                tile_terms.append((strides[dimension], offset))
-            declaration, coordinate = self.writer.declare(
-                Type.index(), self.coordinate_names[dimension], value
-            )
-            declarations.setdefault(level, []).append(declaration)
-            tile.coordinates.append(coordinate)
-            tile.levels.append(level)
-            if size % extent and not self.whole:
-                tile.partial.add(dimension)
-        tile.index = affine(tile_terms)
-        inside = [
-            Binary(BinOp.LT, tile.coordinates[d], IntConst(self.plan.shape[d]))
-            for d in sorted(tile.partial)
-        ]
-        tile.inside = condition = conjunction(inside)
-        statements, hoisted = element(tile)
-        if tile.inside is None:  # the element's statements test it themselves, or need not
-            condition = None
-        body: list[Stmt] = [sb.if_(condition, statements)] if condition is not None else statements
-        for level in reversed(range(len(counters) + 1)):
-            prefix = declarations.get(level, []) + [h for at, h in hoisted if at == level]
-            body = [*prefix, *body]
-            if level > 0:
-                counter, count = counters[level - 1]
-                body = [For(counter, count, 1, sb.block(body))]
-        return body[0] if len(body) == 1 else sb.block(body)
-
     # ---- contraction phase ---------------------------------------------------------------------
 
     def accumulation(self) -> list[Stmt]:
@@ -263,6 +184,15 @@ class _GroupKernel:
         assert flat is not None
         self.acc_dtype = accumulator_dtype(flat.dtype)
         self.lane_k, self.lanes = lane_split(flat, self.tiles, self.acc_dtype)
+        self.rows_fold = (  # one vector of lanes per element, a row of them per group
+            self.settings.row_folds
+            and 1 < self.lanes <= MAX_FOLD_LANES
+            and bool(self.tiles)
+            and self.tiles[-1] == product(self.tiles) == self.lanes
+            and self.over_rows is None
+            and not (flat.needs_hit and not identity_is_unwritten(flat))
+        )
+        self.own_acc = self.writer.fresh("own_acc") if self.rows_fold else ""
         size = product(self.tiles) * self.lanes
         acc_type = Type(TypeBase.VALUE, self.acc_dtype, 1, size if size > 1 else 0)
         start = identity(flat.agg.value, self.acc_dtype)
@@ -299,7 +229,9 @@ class _GroupKernel:
             loop = While(Binary(BinOp.LT, Load(Lookup(row)), rows), sb.block(body, step))
             body = sb.block(sb.declare(Type.index(), row, IntConst(0)), loop)
         statements.append(body)
-        if self.lanes > 1:
+        if self.rows_fold:
+            statements += fold_rows(self.writer, self.acc, self.lanes, flat.agg, self.acc_dtype)
+        elif self.lanes > 1:
             statements.append(self.tile_loops("f", self.fold))
         self.tuples = product(self.plan.shape) * points
         self.flops += self.tuples * (1 if flat.comb is CombOp.NONE else 2)
@@ -312,6 +244,9 @@ class _GroupKernel:
         flat = self.flat
         assert flat is not None
         self.lane_stop = self.lanes
+        if self.rows_fold:  # row after row, each read from its start to its end
+            nest = self.row_nest
+            return self.tile_loops("r", lambda tile: ([nest(tile, reductions, counters)], []))
         plain = self.lanes == 1 and self.hit is None and self.over_rows is None
         steps = jam_steps(flat, self.plan.shape, self.tiles, self.settings, plain=plain)
         contribute, tail_k, tail = self.contribute, self.lane_k, None
@@ -322,23 +257,58 @@ class _GroupKernel:
                 rest = jammed(self.contribute, self.variables, k, counter, count % steps)
                 tail_k, tail = k, self.tile_loops("j", rest, reading=True)
         body: Stmt = self.tile_loops("r", contribute, reading=True)
-        remainder = flat.ranges[self.lane_k] % self.lanes if self.lanes > 1 else 0
-        if remainder:  # the last, partial step of the lanes: lanes below the remainder
-            self.lane_stop = remainder
-            tail = self.tile_loops("t", self.contribute)
-            self.lane_stop = self.lanes
+        partial = self.partial_step(lambda: self.tile_loops("t", self.contribute))
+        tail = tail if partial is None else partial  # lanes never jam (`jam_steps`: `plain`)
         condition = conjunction([guard(c, self.variables) for c in outer_guards])
         if condition is not None:
             body = sb.if_(condition, body)
             tail = None if tail is None else sb.if_(condition, tail)
+        return self.loops(reductions, counters, body, (tail_k, tail), steps)
+
+    def partial_step(self, step: Callable[[], Stmt]) -> Stmt | None:
+        """The last, partial step of the lanes (`step()` with only the lanes below the
+        remainder live), or None where the lanes divide the range."""
+        assert self.flat is not None
+        remainder = self.flat.ranges[self.lane_k] % self.lanes if self.lanes > 1 else 0
+        if not remainder:
+            return None
+        self.lane_stop = remainder
+        tail = step()
+        self.lane_stop = self.lanes
+        return tail
+
+    def loops(
+        self,
+        reductions: list[int],
+        counters: list[str],
+        body: Stmt,
+        tail: tuple[int, Stmt | None],
+        steps: int = 1,
+    ) -> Stmt:
+        """`body` in the loops over `reductions`, the innermost taking `steps` per pass; the
+        loop over `tail[0]` followed by `tail[1]` from the value after its last pass."""
+        assert self.flat is not None
         for k, counter in reversed(list(zip(reductions, counters, strict=True))):
             step = steps if k == reductions[-1] else 1
-            count = flat.ranges[k] // (self.lanes if k == self.lane_k else step)
+            count = self.flat.ranges[k] // (self.lanes if k == self.lane_k else step)
             body = For(counter, count, step, _block(body))
-            if k == tail_k and tail is not None:  # from the value after the loop's last
-                last = sb.block(sb.declare(Type.index(), counter, IntConst(count * step)), tail)
-                body = sb.block(body, last)
+            if k == tail[0] and tail[1] is not None:
+                after = sb.declare(Type.index(), counter, IntConst(count * step))
+                body = sb.block(body, sb.block(after, tail[1]))
         return body
+
+    def row_nest(self, tile: TileElement, reductions: list[int], counters: list[str]) -> Stmt:
+        """The reduction of one element of a tile whose rows fold together (`rows_fold`), into
+        an accumulator of its own (`tile.lower.accumulators.own_accumulator`)."""
+        assert self.flat is not None
+        own = TileElement(tile.coordinates, IntConst(0), tile.levels, tile.partial, own=True)
+        body = sb.block(*self.contribute(own)[0])
+        tail = self.partial_step(lambda: sb.block(*self.contribute(own)[0]))
+        nest = self.loops(reductions, counters, body, (self.lane_k, tail))
+        agg, dtype, lanes = self.flat.agg, self.acc_dtype, self.lanes
+        return own_accumulator(
+            self.writer, nest, (self.acc, self.own_acc), tile.index, lanes, agg, dtype
+        )
 
     def contribute(self, tile: TileElement) -> tuple[list[Stmt], list[tuple[int, Stmt]]]:
         """One tuple's contribution to one element of the tile."""
@@ -388,9 +358,8 @@ class _GroupKernel:
             stop = self.lane_stop  # the last step pads the lanes past the remainder
             lane = Load(Lookup(self.lane))
             inside = Binary(BinOp.LT, lane, IntConst(stop)) if stop < self.lanes else None
-            update: list[Stmt] = [
-                For(self.lane, self.lanes, 1, _block(self.update(index, operands, inside)))
-            ]
+            step = self.update(index, operands, inside, tile.own)
+            update: list[Stmt] = [For(self.lane, self.lanes, 1, _block(step))]
         elif self.padded(tile, condition):  # the guards choose the value, not the update
             tests = [test for test in (tile.inside, condition) if test is not None]
             update = self.update(tile.index, operands, conjunction(tests))
@@ -415,14 +384,14 @@ class _GroupKernel:
         return plain and self.pad and (tile.inside, guards) != (None, None)
 
     def update(
-        self, tile_index: Expr, operands: list[Typed], inside: Expr | None = None
+        self, tile_index: Expr, operands: list[Typed], inside: Expr | None = None, own: bool = False
     ) -> list[Stmt]:
-        """The aggregation of one tuple into one element; with `inside`, of the identity
-        where it is false (`padded`)."""
+        """The aggregation of one tuple into one element (with `own`, into its own accumulator:
+        `row_nest`); with `inside`, of the identity where it is false (`padded`)."""
         flat = self.flat
         assert flat is not None
         value = convert(combine(flat, operands), self.acc_dtype)
-        acc = self.element(self.acc, tile_index)
+        acc = self.element(self.own_acc if own else self.acc, tile_index)
         statements: list[Stmt] = []
         if inside is not None:
             start = identity(flat.agg.value, self.acc_dtype)
@@ -488,7 +457,7 @@ class _GroupKernel:
         unwritten = zero(dtype) if read is None else Typed(convert(read, dtype), dtype)
         if flat.empty:
             return unwritten
-        acc = self.element(self.acc, affine([(self.lanes, tile_index)]))
+        acc = self.element(self.acc, affine([(1 if self.rows_fold else self.lanes, tile_index)]))
         aggregate = convert(Typed(Load(acc), self.acc_dtype), dtype)
         if self.hit is not None:
             written = Load(self.element(self.hit, tile_index))

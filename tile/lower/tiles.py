@@ -21,7 +21,8 @@ Current policy, deliberately simple (correctness first):
   element (`tile.lower.contract`), computes one element per work-group: the lanes are its
   vectors, and the operands have nothing to share between neighbouring elements; under
   `settings.vector_loops` (an OpenCL CPU driver, which pays a call per group) short rows
-  share a group (`_lane_group`);
+  share a group (`_lane_group`), and under `settings.row_folds` (llvm_cpu) rows of a few
+  vectors take a row of `lanes` elements, whose lanes fold together (`folds_rows`);
 * a kernel without reductions (elementwise, or a contraction that is a pure permutation)
   processes a strip of `4 * vec_size` contiguous elements per work-group, to amortise the
   per-group overhead (one element on a device without SIMD, `vec_size` 1); when an operand
@@ -99,6 +100,13 @@ REGISTER_STRIP = {16: 16, 8: 8}  # vectors of a strip from the caches, by vector
 # llvm_cpu.0).
 GROUP_ELEMENTS = 1024
 
+# Rows folded together (`folds_rows`): the widest lanes (a `semtree.Lanes` vector), and the
+# steps of them per element under which a reduction takes a group of rows. Matvec over 20011
+# rows (AMD Zen 4), µs one row per group / folded: rows of 16 101 / 45, 33 144 / 76, 48 84 /
+# 68, 63 128 / 69; rows of 64 and more take 32 lanes, two vectors, and fold each row alone.
+MAX_FOLD_LANES = 16
+ROW_FOLD_STEPS = 4
+
 
 def choose_tiles(
     shape: Sequence[int],
@@ -129,6 +137,8 @@ def choose_tiles(
     if not shape or (reduction_points > 1 and lanes > 1):
         if shape and lanes > 1 and settings.vector_loops:
             _lane_group(shape, tiles, reduction_points, lanes, settings.goal_groups)
+        elif shape and folds_rows(shape, settings, reduction_points, lanes, accumulator_bytes):
+            tiles[-1] = lanes
         return tuple(tiles)
     if reduction_points <= 1:
         if crosswise is not None and crosswise != len(shape) - 1 and settings.vec_size > 1:
@@ -231,6 +241,24 @@ def _row_strip(
     strips = max(-(-size // most), min(-(-size // width), -(-cores // prod(shape[:-1]))))
     strip = -(-size // strips)
     return min(size, -(-strip // width) * width)
+
+
+def folds_rows(
+    shape: Sequence[int], settings: HardwareSettings, points: int, lanes: int, item: int
+) -> bool:
+    """Whether a reduction in `lanes` of `points` per element (`item` bytes an accumulator)
+    takes `lanes` elements of the last output dimension per work-group, folded together
+    (`tile.lower.accumulators.fold_rows`): under `settings.row_folds`, where an element's lanes
+    are one vector, its reduction is under `ROW_FOLD_STEPS` steps of them, and the grid keeps
+    `goal_groups` groups."""
+    return (
+        settings.row_folds
+        and 1 < lanes <= MAX_FOLD_LANES
+        and lanes * item <= 4 * settings.vec_size
+        and points < ROW_FOLD_STEPS * lanes
+        and shape[-1] >= lanes
+        and prod(shape[:-1]) * -(-shape[-1] // lanes) >= settings.goal_groups
+    )
 
 
 def _lane_group(
