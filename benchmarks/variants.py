@@ -3,18 +3,17 @@ held-back workloads: odd sizes, other layouts, strides, other axes).
 
 The public workloads of ../shared/bench/workloads.py have round sizes and one layout each;
 the held-back ones are "of the same kinds". This script times such variants: a transposed
-matvec, a column vector, batched and transposed products at odd sizes, strided, dilated and
-single-channel convolutions, depthwise convolutions over odd channel counts and 5x5 windows,
-overlapping pools, softmax along either axis and over short rows, layernorm with short rows,
-elementwise and total reductions one past a round size, reductions over the first and middle
-axes (a column max 3001 wide) and over short or odd last ones, a product 65 wide (5 vectors),
-permutations of rank 3,
-and PyTorch's own layout: NCHW convolutions (padded, strided, with a fused bias and relu), a
-depthwise one and a padded max pool. Every variant is checked
-against float64 first (numpy, or torch in float64 where torch defines the operation), then
-timed with torch (inputs resident on the device; one call and the wait for its output, as
-`benchmarks/run.py` times). The table gives `ours / torch` (below 1 is faster); the geomean
-and the worst close the report.
+matvec, one over short rows (33), a column vector, batched and transposed products at odd
+sizes, strided, dilated and single-channel convolutions, depthwise convolutions over odd
+channel counts and 5x5 windows, overlapping pools, softmax along either axis and over short
+rows, layernorm with short rows, elementwise and total reductions one past a round size,
+reductions over the first and middle axes (a column max 3001 wide) and over short or odd
+last ones, a product 65 wide (5 vectors), permutations of rank 3, and PyTorch's own layout:
+NCHW convolutions (padded, strided, with a fused bias and relu), a depthwise one and a
+padded max pool. Every variant is checked against float64 first (numpy, or torch in float64
+where torch defines the operation), then timed with torch (inputs resident on the device;
+one call and the wait for its output, as `benchmarks/run.py` times). The table gives `ours /
+torch` (below 1 is faster); the geomean and the worst close the report.
 
 Run: `.venv/bin/python benchmarks/variants.py [--device ID] [--filter TEXT]` (needs torch:
 `.venv/bin/pip install torch==2.13.0`).
@@ -206,6 +205,13 @@ def variants() -> list[Variant]:
             "matvec 4097x3001",
             MATVEC,
             {"A": normal(4097, 3001), "X": normal(3001)},
+            lambda a, x: a.astype(float) @ x,
+            lambda a, x: a @ x,
+        ),
+        Variant(
+            "matvec short rows 100003x33",
+            MATVEC,
+            {"A": normal(100003, 33), "X": normal(33)},
             lambda a, x: a.astype(float) @ x,
             lambda a, x: a @ x,
         ),
