@@ -101,18 +101,18 @@ def fold_lanes(
 def own_accumulator(
     writer: KernelWriter,
     nest: Stmt,
-    arrays: tuple[str, str],
+    tile: str,
+    own: str,
     index: Expr,
     lanes: int,
     agg: AggOp,
     dtype: DType,
 ) -> Stmt:
-    """`nest`, which aggregates one element's lanes into an accumulator of its own (`arrays`:
-    the tile's, then that one, declared here at the identity), then those lanes copied into
-    the tile's at element `index`. LLVM keeps it in registers and reads the rows of a tile one
+    """`nest`, which aggregates one element's lanes into an accumulator of its own, `own`
+    (declared here, at the identity), then those lanes copied into the tile's accumulators,
+    `tile`, at element `index`. LLVM keeps it in registers and reads the rows of a tile one
     after the other; reduced into the tile's accumulators, it interleaved the loads of 16 rows,
     and a matvec over 1000003 x 40 from memory took 10.4 ms, not 5.7 (AMD Zen 4)."""
-    tile, own = arrays
     name = writer.fresh("lane")
     lane = Load(Lookup(name))
     target = Subscript(Lookup(tile), affine([(lanes, index), (1, lane)]))

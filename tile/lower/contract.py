@@ -184,13 +184,14 @@ class _GroupKernel(TileNest):
         assert flat is not None
         self.acc_dtype = accumulator_dtype(flat.dtype)
         self.lane_k, self.lanes = lane_split(flat, self.tiles, self.acc_dtype)
+        needs_hit = flat.needs_hit and not identity_is_unwritten(flat)
         self.rows_fold = (  # one vector of lanes per element, a row of them per group
             self.settings.row_folds
             and 1 < self.lanes <= MAX_FOLD_LANES
             and bool(self.tiles)
             and self.tiles[-1] == product(self.tiles) == self.lanes
             and self.over_rows is None
-            and not (flat.needs_hit and not identity_is_unwritten(flat))
+            and not needs_hit
         )
         self.own_acc = self.writer.fresh("own_acc") if self.rows_fold else ""
         size = product(self.tiles) * self.lanes
@@ -199,7 +200,7 @@ class _GroupKernel(TileNest):
         statements: list[Stmt] = []
         self.acc = self.writer.fresh("acc")
         statements.append(sb.declare(acc_type, self.acc, start.expr))
-        if flat.needs_hit and not identity_is_unwritten(flat):
+        if needs_hit:
             self.hit = self.writer.fresh("hit")
             hit_type = Type(TypeBase.VALUE, DType.BOOLEAN, 1, size if size > 1 else 0)
             statements.append(sb.declare(hit_type, self.hit, constant(0, DType.BOOLEAN).expr))
@@ -301,13 +302,13 @@ class _GroupKernel(TileNest):
         """The reduction of one element of a tile whose rows fold together (`rows_fold`), into
         an accumulator of its own (`tile.lower.accumulators.own_accumulator`)."""
         assert self.flat is not None
-        own = TileElement(tile.coordinates, IntConst(0), tile.levels, tile.partial, own=True)
+        own = TileElement(tile.coordinates, IntConst(0), tile.levels, tile.partial)
         body = sb.block(*self.contribute(own)[0])
         tail = self.partial_step(lambda: sb.block(*self.contribute(own)[0]))
         nest = self.loops(reductions, counters, body, (self.lane_k, tail))
         agg, dtype, lanes = self.flat.agg, self.acc_dtype, self.lanes
         return own_accumulator(
-            self.writer, nest, (self.acc, self.own_acc), tile.index, lanes, agg, dtype
+            self.writer, nest, self.acc, self.own_acc, tile.index, lanes, agg, dtype
         )
 
     def contribute(self, tile: TileElement) -> tuple[list[Stmt], list[tuple[int, Stmt]]]:
@@ -358,7 +359,7 @@ class _GroupKernel(TileNest):
             stop = self.lane_stop  # the last step pads the lanes past the remainder
             lane = Load(Lookup(self.lane))
             inside = Binary(BinOp.LT, lane, IntConst(stop)) if stop < self.lanes else None
-            step = self.update(index, operands, inside, tile.own)
+            step = self.update(index, operands, inside)
             update: list[Stmt] = [For(self.lane, self.lanes, 1, _block(step))]
         elif self.padded(tile, condition):  # the guards choose the value, not the update
             tests = [test for test in (tile.inside, condition) if test is not None]
@@ -384,14 +385,15 @@ class _GroupKernel(TileNest):
         return plain and self.pad and (tile.inside, guards) != (None, None)
 
     def update(
-        self, tile_index: Expr, operands: list[Typed], inside: Expr | None = None, own: bool = False
+        self, tile_index: Expr, operands: list[Typed], inside: Expr | None = None
     ) -> list[Stmt]:
-        """The aggregation of one tuple into one element (with `own`, into its own accumulator:
-        `row_nest`); with `inside`, of the identity where it is false (`padded`)."""
+        """The aggregation of one tuple into one element (where rows fold together, into the
+        element's own accumulator: `row_nest`); with `inside`, of the identity where it is
+        false (`padded`)."""
         flat = self.flat
         assert flat is not None
         value = convert(combine(flat, operands), self.acc_dtype)
-        acc = self.element(self.own_acc if own else self.acc, tile_index)
+        acc = self.element(self.own_acc if self.rows_fold else self.acc, tile_index)
         statements: list[Stmt] = []
         if inside is not None:
             start = identity(flat.agg.value, self.acc_dtype)

@@ -32,7 +32,6 @@ class TileElement:
     levels: list[int]  # per dimension: the tile loop binding it (0: none, outside them)
     partial: set[int]  # dimensions whose last tile may stick out of the shape
     inside: Expr | None = None  # whether the element is inside the shape (None: always)
-    own: bool = False  # whether it aggregates into its own accumulator (`row_nest`)
 
 
 ElementBody = Callable[[TileElement], tuple[list[Stmt], list[tuple[int, Stmt]]]]
