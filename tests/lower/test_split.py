@@ -200,3 +200,98 @@ def test_random_lane_reductions(
     with mock.patch.object(gen_split, "MIN_SPLIT_TUPLES", threshold):
         got = run_program(source, {"X": x, "S": s})["O"]
     np.testing.assert_array_equal(got, want)
+
+
+COLUMNS = "function (X[M, N]) -> (O) { O[n: N] = +(X[m, n]); }"
+
+
+def test_narrow_column_reductions_split_along_their_rows() -> None:
+    """A streaming reduction (every operand contiguous along the kept last dimension) whose
+    rows are too narrow to give every core a strip is cut into pieces of rows instead."""
+    kernel_list = generate_program(tile.Function(COLUMNS).bind({"X": rand(100_000, 75)}), LLVM_CPU)
+    assert [kernel.name for kernel in kernel_list.kernels] == ["tile_0_part", "tile_0"]
+    assert kernel_list.shapes["_P0"].dims == (16, 75)
+    matvec_t = "function (A[M, N], V[M]) -> (O) { O[n: N] = +(A[m, n] * V[m]); }"
+    assert kernel_names(matvec_t, {"A": rand(100_000, 40), "V": rand(100_000)})[0] == "tile_0_part"
+    outer = "function (X[A, B, C, D]) -> (O) { O[d: D] = >(X[a, b, c, d]); }"
+    assert kernel_names(outer, {"X": rand(46, 67, 16, 75)})[0] == "tile_0_part"
+    # Enough strips already: wide rows, or several kept rows of strips.
+    assert kernel_names(COLUMNS, {"X": rand(1000, 3001)}) == ["tile_0"]
+    kept = "function (X[M, C, N]) -> (O) { O[c, n: C, N] = +(X[m, c, n]); }"
+    assert kernel_names(kept, {"X": rand(20000, 3, 75)}) == ["tile_0"]
+    # Too little work, or no regrouping allowed (an integer sum is left alone).
+    assert kernel_names(COLUMNS, {"X": rand(4096, 75)}) == ["tile_0"]
+    integers = np.ones((100_000, 75), np.int32)
+    assert kernel_names(COLUMNS, {"X": integers}) == ["tile_0"]
+
+
+@pytest.mark.parametrize(("agg", "reference"), [("+", np.sum), (">", np.max), ("<", np.min)])
+def test_shipped_devices_run_split_column_reductions(agg: str, reference: object) -> None:
+    """30011 (prime) rows of 37: 16 pieces of 1875 rows and a tail of 11, on every shipped
+    device; quarters keep every sum exact, the extremes sit in the first piece and the tail."""
+    source = COLUMNS.replace("+", agg)
+    rng = np.random.default_rng(11)
+    x = rng.integers(-8, 9, (30011, 37)).astype(np.float32) / 4
+    x[3, 5], x[30009, 36], x[30010, 0] = 40.0, -40.0, 41.0
+    names = kernel_names(source, {"X": x})
+    assert names == ["tile_0_part", "tile_0_part_tail", "tile_0"]
+    want = reference(x.astype(np.float64), axis=0)  # type: ignore[operator]
+    for device in shipped_devices().values():
+        got = tile.Function(source)(device=device, X=x)["O"].to_numpy()
+        np.testing.assert_array_equal(got, want, err_msg=device.id)
+
+
+def column_case(
+    rng: np.random.Generator, shape: tuple[int, int, int], agg: str, product: bool
+) -> tuple[str, dict[str, np.ndarray], np.ndarray]:
+    """A column reduction over the rows of `shape` (rows, kept, width): its source, inputs
+    (quarters, so that every sum is exact) and the numpy result."""
+    term = "X[m, c, n] * V[m]" if product else "X[m, c, n]"
+    source = f"function (X[M, C, N], V[M]) -> (O) {{ O[c, n: C, N] = {agg}({term}); }}"
+    x = rng.integers(-8, 9, shape).astype(np.float32) / 4
+    v = rng.integers(-8, 9, shape[0]).astype(np.float32) / 4
+    terms = x * v[:, None, None] if product else x
+    want = {"+": terms.sum(axis=0), ">": terms.max(axis=0), "<": terms.min(axis=0)}[agg]
+    return source, {"X": x, "V": v}, want
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rows=st.integers(1, 260),
+    width=st.integers(1, 10),
+    kept=st.integers(1, 2),
+    agg=st.sampled_from(["+", ">", "<"]),
+    product=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_random_column_reductions(
+    rows: int, width: int, kept: int, agg: str, product: bool, seed: int
+) -> None:
+    """Column reductions of `kept` x `width` outputs over 1 to 260 rows, one operand or a
+    second constant along the row (a matvec-T), split wherever the strips are too few (the
+    threshold lowered), through the reference interpreter (temporaries and outputs poisoned)
+    against numpy."""
+    rng = np.random.default_rng(seed)
+    source, inputs, want = column_case(rng, (rows, kept, width), agg, product)
+    with mock.patch.object(gen_split, "MIN_SPLIT_TUPLES", 1024):
+        names = kernel_names(source, inputs)
+        got = run_program(source, inputs)["O"]
+    strips = kept * -(-width // LLVM_CPU.vec_size)
+    tuples = rows * kept * width
+    splits = tuples >= 1024 and strips < LLVM_CPU.goal_groups and rows >= 2 * gen_split.STRIP_ROWS
+    assert (names[0] == "tile_0_part") == splits, names
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_random_column_reductions_on_shipped_devices(seed: int) -> None:
+    """Wider random column reductions than the interpreter can afford (1 to 111 columns, 1 to
+    3 kept rows, 128 to 20000 rows, the threshold lowered) on every shipped device."""
+    rng = np.random.default_rng(1000 + seed)
+    shape = (int(rng.integers(128, 20001)), int(rng.integers(1, 4)), int(rng.integers(1, 112)))
+    agg = ("+", ">", "<")[seed % 3]
+    source, inputs, want = column_case(rng, shape, agg, product=seed % 2 == 1)
+    with mock.patch.object(gen_split, "MIN_SPLIT_TUPLES", 1024):
+        for device in shipped_devices().values():
+            got = tile.Function(source)(device=device, **inputs)["O"].to_numpy()
+            np.testing.assert_array_equal(got, want, err_msg=f"{device.id} {shape}")

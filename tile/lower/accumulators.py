@@ -53,12 +53,18 @@ def accumulator_dtype(dtype: DType) -> DType:
     return DType.FLOAT32 if dtype is DType.FLOAT16 else dtype
 
 
+def regroupable(flat: FlatContraction, acc_dtype: DType) -> bool:
+    """Whether `flat` is a float `+`, `>` or `<` reduction over plain ranges, whose tuples may
+    be taken in any grouping (its result then differs in float rounding only)."""
+    if flat.agg not in (AggOp.SUM, AggOp.MAX, AggOp.MIN) or not acc_dtype.is_float:
+        return False
+    return not (flat.constraints or flat.derived or flat.needs_hit or not flat.reductions)
+
+
 def lane_split(flat: FlatContraction, tiles: Sequence[int], acc_dtype: DType) -> tuple[int, int]:
     """(k, lanes) for a reduction that runs in lanes (module docstring), else (-1, 1).
     `tiles` of all 1 asks whether it could (tile.lower.tiles then gives one element per group)."""
-    if flat.agg not in (AggOp.SUM, AggOp.MAX, AggOp.MIN) or not acc_dtype.is_float:
-        return -1, 1
-    if flat.constraints or flat.derived or flat.needs_hit or not flat.reductions:
+    if not regroupable(flat, acc_dtype):
         return -1, 1
     k = flat.reductions[-1]
     strides = {access.strides[k] for access in flat.operands}
