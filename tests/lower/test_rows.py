@@ -134,7 +134,8 @@ def devices() -> dict:
 
 @pytest.mark.parametrize("device_id", SHIPPED)
 @pytest.mark.parametrize(
-    ("m", "n"), [(1, 1), (1, 4099), (3, 17), (16, 1), (17, 9), (33, 64), (40, 1000), (5000, 3)]
+    ("m", "n"),
+    [(1, 1), (1, 4099), (1, 300007), (3, 17), (16, 1), (17, 9), (33, 64), (40, 1000), (5000, 3)],
 )
 def test_fused_rows_on_devices(device_id: str, m: int, n: int, devices: dict) -> None:
     rng = np.random.default_rng(m * n)

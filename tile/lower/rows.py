@@ -46,11 +46,15 @@ if TYPE_CHECKING:
 
 
 # The longest rows fused where there are fewer rows than cores: a softmax over one row of
-# 4096 took 19.5 µs in four launches over both cores and 11.5 in one kernel; at 100003
-# (400 KB) the two were level, at 10^6 fused was 1.4x slower (llvm_cpu.0, AMD Zen 4, 2
-# cores): a core alone per row leaves the others idle. With a row per core, fused won at
-# every length: 3 x 100003 259 -> 154 µs, 6 x 300000 1614 -> 1382, 4 x 10^6 3446 -> 3056.
-FEW_ROWS_LENGTH = 65536
+# 4096 took 19.5 µs in four launches over both cores and 11.5 in one kernel (llvm_cpu.0, AMD
+# Zen 4, 2 cores). Beyond that a core alone per row leaves the others idle, but the launches
+# it saves weigh more up to rows of a few L2s: interleaved with torch, µs four kernels / fused
+# (torch), softmax over 1 x 100003 81 / 60 (60), 131071 101 / 74 (77), 300007 209 / 185
+# (213), 524287 323 / 307 (353), 10^6 501 / 558 (614); layer norm 1 x 300007 174 / 122, 600000
+# 367 / 283 (the four-kernel form's small launches run on one core too: `TILE_CPU_SPLIT_US`).
+# With a row per core, fused won at every length: 3 x 100003 259 -> 154 µs, 6 x 300000 1614
+# -> 1382, 4 x 10^6 3446 -> 3056.
+FEW_ROWS_LENGTH = 1 << 19
 
 
 @dataclass(frozen=True, slots=True)
