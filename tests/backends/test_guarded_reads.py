@@ -14,11 +14,13 @@ and the partially indexed one inside it.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 import tile
-from semtree.nodes import Binary, BinOp, If, IntConst, Load, Lookup, Subscript, walk
+from semtree.nodes import Binary, BinOp, For, If, IntConst, Load, Lookup, Subscript, walk
 from tests.lower.harness import LLVM_CPU, run_program, tiled
 from tests.shipped import SHIPPED, shipped_devices
 from tile.lower.generate import generate_program
@@ -123,17 +125,40 @@ def edge_tests(node: object, size: int) -> list[If]:
     ]
 
 
+def copies(node: object) -> list[If]:
+    """The `if` statements that choose between two copies of the tile loops."""
+    return [
+        n
+        for n in walk(node)  # type: ignore[arg-type]
+        if isinstance(n, If)
+        and n.other is not None
+        and any(isinstance(inner, For) for inner in walk(n.then))
+    ]
+
+
+def whole_and_edge(node: object, size: int) -> tuple[object, object]:
+    """The two copies of an elementwise body (`tile.lower.contract`): the one for tiles wholly
+    inside the shape, without the edge's tests, and the one for the tile at the edge."""
+    (split,) = copies(node)
+    assert isinstance(split.cond, Binary) and split.cond.op is BinOp.LE
+    assert split.cond.rhs == IntConst(size) and split.other is not None
+    assert not edge_tests(split.then, size)  # no test in the whole tiles' copy
+    return split.then, split.other
+
+
 def test_the_broadcast_input_is_read_before_the_edge_test() -> None:
     width = 100003
     bound = tile.Function("function (X[M, N], Y[M, U]) -> (O) { O = exp(X - Y); }").bind(
         {"X": np.zeros((3, width), np.float32), "Y": np.zeros((3, 1), np.float32)}
     )
     (kernel,) = generate_program(bound, LLVM_CPU).kernels
-    (test,) = edge_tests(kernel.body, width)
+    whole, edge = whole_and_edge(kernel.body, width)
+    (test,) = edge_tests(edge, width)
     inside = {p.name: len(loads(test, p.name)) for p in kernel.body.params[1:]}
     (early,) = (name for name, count in inside.items() if count == 0)  # Y; X inside
-    assert len(loads(kernel.body, early)) == 1
+    assert len(loads(edge, early)) == 1
     assert sorted(inside.values())[1] >= 1
+    assert all(loads(whole, p.name) for p in kernel.body.params[1:])
 
 
 def test_an_input_along_the_partial_axis_stays_inside_the_test() -> None:
@@ -142,6 +167,19 @@ def test_an_input_along_the_partial_axis_stays_inside_the_test() -> None:
         {"X": np.zeros((3, width), np.float32), "Y": np.zeros(width, np.float32)}
     )
     (kernel,) = generate_program(bound, LLVM_CPU).kernels
-    (test,) = edge_tests(kernel.body, width)
+    _, edge = whole_and_edge(kernel.body, width)
+    (test,) = edge_tests(edge, width)
     for param in kernel.body.params[1:]:
-        assert len(loads(test, param.name)) == len(loads(kernel.body, param.name)) >= 1
+        assert len(loads(test, param.name)) == len(loads(edge, param.name)) >= 1
+
+
+def test_tiles_that_divide_the_shape_have_one_copy() -> None:
+    """Where every tile lies inside the shape, or on vector-loop devices (whose `widen` tests
+    each vector itself), the body is written once."""
+    vector_loops = replace(LLVM_CPU, vector_loops=True)
+    for width, settings in ((100352, LLVM_CPU), (100003, vector_loops)):
+        bound = tile.Function(COLUMNS).bind(
+            {"X": np.zeros((3, width), np.float32), "Y": np.zeros(width, np.float32)}
+        )
+        (kernel,) = generate_program(bound, settings).kernels
+        assert not copies(kernel.body), width
