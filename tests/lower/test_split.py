@@ -295,3 +295,77 @@ def test_random_column_reductions_on_shipped_devices(seed: int) -> None:
         for device in shipped_devices().values():
             got = tile.Function(source)(device=device, **inputs)["O"].to_numpy()
             np.testing.assert_array_equal(got, want, err_msg=f"{device.id} {shape}")
+
+
+OUTER_AND_RUNS = "function (X[A, B, C]) -> (O) { O[b: B] = +(X[a, b, c]); }"
+
+
+def test_which_reductions_take_their_runs_first() -> None:
+    """A reduction over short contiguous runs (up to 2 KB) and outer variables
+    becomes a kernel over the runs, into a temporary in the operand's order, and one over the
+    outer variables."""
+    x = rand(228, 208, 43)
+    kernel_list = generate_program(tile.Function(OUTER_AND_RUNS).bind({"X": x}), LLVM_CPU)
+    assert [kernel.name for kernel in kernel_list.kernels] == ["tile_0_runs", "tile_0"]
+    assert kernel_list.shapes["_R0"].dims == (228, 208)
+    largest = OUTER_AND_RUNS.replace("+", ">")
+    assert kernel_names(largest, {"X": x}) == ["tile_0_runs", "tile_0"]
+    weighted = "function (X[A, B, C], Y[C]) -> (O) { O[b: B] = +(X[a, b, c] * Y[c]); }"
+    assert kernel_names(weighted, {"X": x, "Y": rand(43)}) == ["tile_0_runs", "tile_0"]
+    # A coordinate outside an outer variable: T keeps the operand's order, b before a.
+    middle = "function (X[B, A, D, C]) -> (O) { O[b, d: B, D] = +(X[b, a, d, c]); }"
+    kernel_list = generate_program(tile.Function(middle).bind({"X": rand(9, 500, 7, 40)}), LLVM_CPU)
+    assert kernel_list.shapes["_R0"].dims == (9, 500, 7)
+    # Runs over 2 KB, too few outer rows, too little work, integers: one kernel.
+    assert kernel_names(OUTER_AND_RUNS, {"X": rand(20, 208, 513)}) == ["tile_0"]
+    assert kernel_names(OUTER_AND_RUNS, {"X": rand(20, 208, 512)})[0] == "tile_0_runs"
+    assert kernel_names(OUTER_AND_RUNS, {"X": rand(7, 8000, 43)}) == ["tile_0"]
+    assert kernel_names(OUTER_AND_RUNS, {"X": rand(20, 20, 43)}) == ["tile_0"]
+    integers = np.ones((228, 208, 43), np.int32)
+    assert kernel_names(OUTER_AND_RUNS, {"X": integers}) == ["tile_0"]
+
+
+@pytest.mark.parametrize(("agg", "reference"), [("+", np.sum), (">", np.max), ("<", np.min)])
+def test_shipped_devices_reduce_runs_first(agg: str, reference: object) -> None:
+    """228 x 208 x 43 over its first and last axes on every shipped device: quarters keep
+    every sum exact; the extremes sit in the first run and in the last element."""
+    source = OUTER_AND_RUNS.replace("+", agg)
+    x = np.random.default_rng(12).integers(-8, 9, (228, 208, 43)).astype(np.float32) / 4
+    x[0, 3, 0], x[227, 207, 42], x[100, 207, 20] = 40.0, -40.0, 41.0
+    assert kernel_names(source, {"X": x})[0] == "tile_0_runs"
+    want = reference(x.astype(np.float64), axis=(0, 2))  # type: ignore[operator]
+    for device in shipped_devices().values():
+        got = tile.Function(source)(device=device, X=x)["O"].to_numpy()
+        np.testing.assert_array_equal(got, want, err_msg=device.id)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    outer=st.integers(1, 12),
+    kept=st.integers(LLVM_CPU.goal_groups, 20),  # fewer elements take split_reduction
+    run=st.integers(1, 80),
+    agg=st.sampled_from(["+", ">", "<"]),
+    weighted=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_random_reductions_of_runs_first(
+    outer: int, kept: int, run: int, agg: str, weighted: bool, seed: int
+) -> None:
+    """X[A, B, C] over a and c (runs of 1 to 80, up to 12 outer rows), one operand or a
+    second along c, taken in two kernels wherever the runs are in lanes (the threshold
+    lowered), through the reference interpreter (temporaries and outputs poisoned) against
+    numpy on quarters (exact)."""
+    term = "X[a, b, c] * Y[c]" if weighted else "X[a, b, c]"
+    source = f"function (X[A, B, C], Y[C]) -> (O) {{ O[b: B] = {agg}({term}); }}"
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-8, 9, (outer, kept, run)).astype(np.float32) / 4
+    y = rng.integers(-8, 9, run).astype(np.float32) / 4
+    terms = x * y if weighted else x
+    want = {"+": terms.sum(axis=(0, 2)), ">": terms.max(axis=(0, 2)), "<": terms.min(axis=(0, 2))}
+    with mock.patch.object(gen_split, "MIN_SPLIT_TUPLES", 1024):
+        names = kernel_names(source, {"X": x, "Y": y})
+        got = run_program(source, {"X": x, "Y": y})["O"]
+    in_lanes = run >= 16  # tile.lower.accumulators.lane_split: 2 x 8 lanes or more
+    runs_first = x.size >= 1024 and outer >= gen_split.MIN_INNER_ROWS and in_lanes
+    assert (names[0] == "tile_0_runs") == runs_first, names
+    np.testing.assert_array_equal(got, want[agg])

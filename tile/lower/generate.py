@@ -42,7 +42,7 @@ from tile.lower.pack import float_copy, float_output, pack_operand
 from tile.lower.relayout import relayout_output
 from tile.lower.rows import RowRun, generate_run, row_runs
 from tile.lower.special import generate_prng, generate_scatter
-from tile.lower.split import split_reduction
+from tile.lower.split import split_inner, split_reduction
 from tile.lower.tiles import choose_tiles, streaming
 from tile.lower.vector import generate_vector_contraction
 
@@ -135,6 +135,7 @@ def generate_program(
                 before = None  # a kernel filling a temporary that this one reads
                 if settings.threads == 1:
                     before = split_reduction(kernel_plan, flat, context, chosen, f"_P{index}")
+                    before = before or split_inner(kernel_plan, flat, context, chosen, f"_R{index}")
                     if before is None:  # the output in another layout first, then B packed
                         after = relayout_output(kernel_plan, flat, context, chosen, f"_T{index}")
                         if after is not None:
