@@ -91,9 +91,7 @@ def split_reduction(
 ) -> Split | None:
     """The split form of `plan` (module docstring), or None where one kernel does as well."""
     op = plan.contraction
-    if flat is None or op is None or len(plan.ops) != 1 or plan.stores != (op.output,):
-        return None
-    if flat.empty or flat.default is not None or tuple(plan.shape) != flat.ranges[: flat.outputs]:
+    if flat is None or op is None or not _bare(plan, flat):
         return None
     acc_dtype = accumulator_dtype(flat.dtype)
     elements = product(plan.shape)
@@ -179,6 +177,17 @@ def split_reduction(
     return Split((partials_plan, partials), (total_plan, total), buffer, context, "part", tail)
 
 
+def _bare(plan: KernelPlan, flat: FlatContraction) -> bool:
+    """Whether `plan` is its contraction alone (no epilogue, one store, its own shape), with
+    tuples for its elements and no default: what the two-kernel forms can stand for."""
+    op = plan.contraction
+    assert op is not None
+    if len(plan.ops) != 1 or plan.stores != (op.output,):
+        return False
+    whole = tuple(plan.shape) == flat.ranges[: flat.outputs]
+    return whole and not flat.empty and flat.default is None
+
+
 def _split_variable(
     flat: FlatContraction, shape: Sequence[int], acc_dtype: DType, settings: HardwareSettings
 ) -> tuple[int, int, int] | None:
@@ -229,9 +238,7 @@ def split_inner(
     `MIN_SPLIT_TUPLES` tuples.
     """
     op = plan.contraction
-    if flat is None or op is None or len(plan.ops) != 1 or plan.stores != (op.output,):
-        return None
-    if flat.empty or flat.default is not None or tuple(plan.shape) != flat.ranges[: flat.outputs]:
+    if flat is None or op is None or not _bare(plan, flat):
         return None
     acc_dtype = accumulator_dtype(flat.dtype)
     k, lanes = lane_split(flat, (1,) * flat.outputs, acc_dtype)
