@@ -165,13 +165,9 @@ class _GroupKernel(TileNest):
         accumulate = self.flat is not None and not self.flat.empty
         if accumulate:
             body += self.accumulation()
-        body.append(self.tile_loops("w", self.output_phase))
         # An elementwise body twice as well (module docstring); `widen` tests each vector itself.
         whole = None if accumulate or self.settings.vector_loops else self.grid.whole()
-        if whole is not None:
-            self.whole = True
-            body[-1] = sb.if_(whole, [self.tile_loops("w", self.output_phase)], [body[-1]])
-            self.whole = False
+        body.append(self.edge_copies(whole, lambda: self.tile_loops("w", self.output_phase)))
         named = self.grid.guard()
         if named is not None:
             body = [sb.if_(named, body)]
@@ -226,13 +222,11 @@ class _GroupKernel(TileNest):
             used = {k for k, c in enumerate(constraint.lhs) if c}
             target = outer_guards if used <= set(reductions) else self.inner_guards
             target.append(constraint)
-        body = self.reduction_nest(reductions, counters, outer_guards)
         points = product(flat.ranges[k] for k in reductions)
         whole = self.grid.whole() if points >= MIN_WHOLE_TUPLES else None
-        if whole is not None:  # whole tiles, without the edge's tests (module docstring)
-            self.whole = True
-            body = sb.if_(whole, [self.reduction_nest(reductions, counters, outer_guards)], [body])
-            self.whole = False
+        body = self.edge_copies(
+            whole, lambda: self.reduction_nest(reductions, counters, outer_guards)
+        )
         if self.over_rows is not None:  # the reduction once per row counted at run time
             rows = self.writer.load(self.over_rows.count, IntConst(0)).expr
             step = Store(Lookup(row), Binary(BinOp.ADD, Load(Lookup(row)), IntConst(1)))
@@ -274,6 +268,18 @@ class _GroupKernel(TileNest):
             body = sb.if_(condition, body)
             tail = None if tail is None else sb.if_(condition, tail)
         return self.loops(reductions, counters, body, (tail_k, tail), steps)
+
+    def edge_copies(self, whole: Expr | None, write: Callable[[], Stmt]) -> Stmt:
+        """The loops `write()` gives, and where some tiles lie wholly inside the shape
+        (`whole`, `Grid.whole`), a second copy for those without the edge's tests (module
+        docstring), chosen by `whole`."""
+        body = write()
+        if whole is None:
+            return body
+        self.whole = True
+        inside = write()
+        self.whole = False
+        return sb.if_(whole, [inside], [body])
 
     def partial_step(self, step: Callable[[], Stmt]) -> Stmt | None:
         """The last, partial step of the lanes (`step()` with only the lanes below the
