@@ -45,7 +45,11 @@ def unset(names: tuple[str, ...]) -> bool:
     keys = _KEY_TUPLES.get(names)
     if keys is None:
         keys = _KEY_TUPLES[names] = tuple(_ENCODE(name) for name in names)
-    return not any(map(_DATA.get, keys))  # an empty value, as bytes or str, is unset too
+    get = _DATA.get
+    for key in keys:  # noqa: SIM110 (a loop: a third of `any(map(...))`'s cost for two names)
+        if get(key):  # an empty value, as bytes or str, is unset too
+            return False
+    return True
 
 
 def flag(name: str) -> bool:

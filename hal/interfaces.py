@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from enum import Enum
+from functools import partial
 from typing import TYPE_CHECKING
 
 from hal.errors import DeviceUnavailableError, UnsupportedOnDevice
@@ -167,6 +168,12 @@ class Kernel(ABC):
         `get_group_id(2)`, runs over `batch` blocks (tile's dynamic shapes); 0 launches
         nothing. Bodiless (ZERO, COPY) kernels take whole buffers and ignore it."""
 
+    def run_fitted(self, params: Sequence[Buffer], deps: Sequence[Event] = ()) -> Event:
+        """`run(params, deps)` for a caller that knows every buffer is this device's and large
+        enough for its parameter (a cached call's launch: its tensors' signatures were
+        matched): a device may skip checking them. Anything else is undefined."""
+        return self.run(params, deps)
+
 
 class Compiler(ABC):
     """Turns kernel lists into libraries for one kind of device."""
@@ -203,6 +210,11 @@ class Executor(ABC):
     @abstractmethod
     def allocate(self, size: int) -> Buffer:
         """A new device buffer of `size` bytes (contents undefined)."""
+
+    def allocator(self, size: int) -> Callable[[], Buffer]:
+        """What `allocate(size)` does, as a function of no arguments for a caller that makes
+        many buffers of one size (a cached call's outputs): a device may skip work there."""
+        return partial(self.allocate, size)
 
     @abstractmethod
     def make_arena(self, size: int) -> Arena:

@@ -129,7 +129,20 @@ class LLVMKernel(Kernel):
         profile: bool = False,
         batch: int = 1,
     ) -> Event:
-        addresses = self._check(params)
+        return self._launch(params, self._check(params), deps, profile, batch)
+
+    def run_fitted(self, params: Sequence[Buffer], deps: Sequence[Event] = ()) -> Event:
+        addresses = [buffer.address for buffer in params]  # type: ignore[attr-defined]
+        return self._launch(params, addresses, deps, False, 1)
+
+    def _launch(
+        self,
+        params: Sequence[Buffer],
+        addresses: list[int],
+        deps: Sequence[Event],
+        profile: bool,
+        batch: int,
+    ) -> Event:
         entry = self._entry
         groups, split, inline, runtime = self._groups, self._split, self._inline, self._runtime
         if batch != 1 and entry is not None:  # the third grid extent times `batch` (Kernel.run)
@@ -218,6 +231,9 @@ class LLVMExecutor(Executor):
 
     def allocate(self, size: int) -> CpuBuffer:
         return CpuBuffer.allocate(self.device, size)
+
+    def allocator(self, size: int) -> Callable[[], CpuBuffer]:
+        return CpuBuffer.allocator(self.device, size)
 
     def make_arena(self, size: int) -> CpuArena:
         return CpuArena(self.device, size)

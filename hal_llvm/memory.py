@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -29,7 +30,7 @@ from hal.events import CompletedEvent, wait_all
 from hal.interfaces import Arena, Buffer, read_only_view
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from hal.interfaces import Device, Event
 
@@ -138,6 +139,22 @@ class CpuBuffer(Buffer):
         else:
             buffer._init(device, *host_bytes(device.id, size))
         return buffer
+
+    @classmethod
+    def allocator(cls, device: Device, size: int) -> Callable[[], CpuBuffer]:
+        """`allocate(device, size)` as a function of no arguments: for a small size, the slab
+        cut and the buffer made in one frame (a cached call's outputs)."""
+        if not 0 < size <= SMALL_BYTES:
+            return partial(cls.allocate, device, size)
+        take, name, new = _slabs.take, device.id, cls.__new__
+
+        def small() -> CpuBuffer:
+            buffer = new(cls)
+            buffer.storage, buffer.address = take(name, size)
+            buffer.device, buffer.size, buffer._maps = device, size, 0
+            return buffer
+
+        return small
 
     def _init(self, device: Device, storage: np.ndarray, address: int) -> None:
         self.device = device

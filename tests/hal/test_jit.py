@@ -125,6 +125,13 @@ def test_vector_add_through_the_device(split: bool) -> None:
         assert kernel._binding is not first
         gate.set_result()
         np.testing.assert_array_equal(download(out, np.float32, [*queued, other]), a + b)
+        # run_fitted: the same launch, its buffers trusted (a cached call's), inline or queued.
+        fitted = kernel.run_fitted([out, left, left])
+        np.testing.assert_array_equal(download(out, np.float32, [fitted]), a + a)
+        gate = SettableEvent("gate")
+        fitted = kernel.run_fitted([out, right, right], [gate])
+        gate.set_result()
+        np.testing.assert_array_equal(download(out, np.float32, [fitted]), b + b)
     finally:
         device.close()
 

@@ -14,22 +14,34 @@ from hal.events import FailedEvent, SettableEvent
 from tests.hal.kernels import download, upload
 
 
-@pytest.mark.parametrize("size", [0, 1, 63, 64, 1000, 4096])
-def test_buffers_are_64_byte_aligned(cpu_device, size: int) -> None:
-    buffer = cpu_device.executor.allocate(size)
-    assert buffer.size == size
+def allocate(executor: object, size: int, way: str) -> object:
+    """A buffer by `executor.allocate(size)`, or by the function `executor.allocator(size)`
+    returns (what a cached call's outputs use)."""
+    return executor.allocate(size) if way == "allocate" else executor.allocator(size)()
+
+
+WAYS = ["allocate", "allocator"]
+
+
+@pytest.mark.parametrize("way", WAYS)
+@pytest.mark.parametrize("size", [0, 1, 63, 64, 511, 512, 513, 1000, 4096])
+def test_buffers_are_64_byte_aligned(cpu_device, size: int, way: str) -> None:
+    buffer = allocate(cpu_device.executor, size, way)
+    assert buffer.size == buffer.storage.size == size
     assert buffer.address % 64 == 0
     assert cpu_device.executor.buffer_alignment == 64
     assert buffer.device is cpu_device
+    assert not buffer.is_mapped
 
 
-def test_small_buffers_share_slabs_without_overlapping(cpu_device) -> None:
+@pytest.mark.parametrize("way", WAYS)
+def test_small_buffers_share_slabs_without_overlapping(cpu_device, way: str) -> None:
     """Buffers of at most SMALL_BYTES are cut from shared slabs (a cached call's outputs): each
     on its own cache lines, apart from every other, and alive after its neighbours die."""
     from hal_llvm.memory import SLAB_BYTES, SMALL_BYTES
 
     sizes = [1, 3, 63, 64, 65, 127, SMALL_BYTES - 1, SMALL_BYTES] * (4 * SLAB_BYTES // SMALL_BYTES)
-    buffers = [cpu_device.executor.allocate(size) for size in sizes]  # several slabs
+    buffers = [allocate(cpu_device.executor, size, way) for size in sizes]  # several slabs
     lines = set()
     for number, buffer in enumerate(buffers):
         assert buffer.size == buffer.storage.size == sizes[number]
@@ -43,7 +55,7 @@ def test_small_buffers_share_slabs_without_overlapping(cpu_device) -> None:
     survivors = buffers[::7]
     del buffers
     for size in sizes:  # new buffers while the dead ones' slabs may go
-        cpu_device.executor.allocate(size).storage[:] = 255
+        allocate(cpu_device.executor, size, way).storage[:] = 255
     for number, buffer in zip(range(0, len(sizes), 7), survivors, strict=True):
         assert (buffer.storage == number % 251).all()
 

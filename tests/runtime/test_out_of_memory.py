@@ -261,3 +261,29 @@ def test_a_refused_map(cpu: tile.Device, monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.undo()
     # Nothing was written: the tensor is neither changed nor poisoned.
     np.testing.assert_array_equal(tensor.to_numpy(), np.arange(6).reshape(2, 3))
+
+
+def test_a_cached_calls_refused_output(cpu: tile.Device, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A cached call makes its small outputs through `DeviceRuntime.output_maker`, not
+    # `allocate`: a refusal there is the same error, naming the output, and changes nothing.
+    refuse = False
+    take = hal_llvm.memory._Slabs.take
+
+    def refusing(slabs: object, device: str, size: int) -> tuple[np.ndarray, int]:
+        if refuse:
+            raise hal.OutOfMemoryError(device, size, "refused for the test")
+        return take(slabs, device, size)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(hal_llvm.memory._Slabs, "take", refusing)
+    function = tile.Function("function (A[N]) -> (B) { B = A + 1; }")
+    a = tile.Tensor.from_numpy(np.arange(16, dtype=np.float32), cpu)
+    for _ in range(3):  # the first call compiles, the next ones repeat it
+        np.testing.assert_array_equal(function(device=cpu, A=a)["B"].to_numpy(), np.arange(16) + 1)
+    assert function._prepared is not None
+    refuse = True
+    with pytest.raises(tile.TileOutOfMemory, match="refused for the test") as caught:
+        function(device=cpu, A=a)
+    check_error(caught.value, "B", (16,), 64, cpu.id)
+    refuse = False
+    np.testing.assert_array_equal(a.to_numpy(), np.arange(16))
+    np.testing.assert_array_equal(function(device=cpu, A=a)["B"].to_numpy(), np.arange(16) + 1)

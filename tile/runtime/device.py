@@ -33,6 +33,7 @@ import sys
 import threading
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from functools import partial
 from queue import SimpleQueue
 from typing import TYPE_CHECKING
 
@@ -345,6 +346,22 @@ class DeviceRuntime:
             return PooledState(buffer, nbytes, contents, self.pool)
         return BufferState(buffer, nbytes, contents)
 
+    def output_maker(self, nbytes: int, contents: Contents) -> Callable[[], BufferState]:
+        """`allocate(nbytes, contents, recycled=True)` as a function of no arguments, for a
+        cached call's outputs: under the pool's sizes, the executor's `allocator` and the
+        state in two frames. A failure takes `allocate`, which retries and names `contents`."""
+        if nbytes >= POOL_MIN_BYTES:
+            return partial(self.allocate, nbytes, contents, recycled=True)
+        make = self.executor.allocator(nbytes)
+
+        def output() -> BufferState:
+            try:
+                return BufferState(make(), nbytes, contents)
+            except HalError:  # OutOfMemoryError included
+                return self.allocate(nbytes, contents, recycled=True)
+
+        return output
+
     def read(self, state: BufferState) -> np.ndarray:
         """A copy of `state`'s bytes, as a new 1-D uint8 array, after its last writer (5.5).
         Errors as `mapped` raises them for a read.
@@ -374,6 +391,9 @@ class DeviceRuntime:
     def wait_written(self, state: BufferState, timeout: float | None = None) -> None:
         """Return once `state`'s last writer so far has finished (5.5), mapping and copying
         nothing; its failure raises ExecutionError, a timeout TimeoutError."""
+        last = state.last_write  # one read, without the lock: a writer that is done needs none
+        if last is None or (last.is_complete and last.exception() is None):
+            return
         with self.lock:
             deps = state.read_deps()
         if deps:

@@ -108,8 +108,9 @@ class PreparedRun:
         self._device = device
         self._expected = expected  # (name, signature entry) of every input, all tensors
         self._inputs = schedule.inputs  # (name, slot) of the inputs kernels read
-        self._outputs = tuple(  # (name, slot, nbytes, contents, dims, dtype, entry)
-            (plan.name, plan.slot, plan.nbytes, contents, plan.shape.dims, plan.dtype, entry)
+        make = device.runtime.output_maker
+        self._outputs = tuple(  # (name, slot, maker of its state, dims, dtype, entry)
+            (plan.name, plan.slot, make(plan.nbytes, contents), plan.shape.dims, plan.dtype, entry)
             for plan in schedule.outputs
             for contents, entry in [program.output_parts[plan.name]]
         )
@@ -179,9 +180,9 @@ class PreparedRun:
         for name, slot in self._inputs:
             slots[slot] = named[name]._state  # type: ignore[union-attr]
         outputs: dict[str, Tensor] = {}
-        allocate, over = runtime.allocate, Tensor._over
-        for name, slot, nbytes, contents, dims, dtype, entry in self._outputs:
-            state = slots[slot] = allocate(nbytes, contents, recycled=True)
+        over = Tensor._over
+        for name, slot, make, dims, dtype, entry in self._outputs:
+            state = slots[slot] = make()
             outputs[name] = over(device, dims, dtype, state, entry)
         lock = runtime.lock  # taken without `with`: a third of its cost, on every call
         lock.acquire()
@@ -197,7 +198,7 @@ class PreparedRun:
                     deps += slots[slot].write_deps()  # type: ignore[union-attr]
                 buffers = [slots[slot].buffer for slot in params]  # type: ignore[union-attr]
                 try:
-                    event = kernel.run(buffers, deps)
+                    event = kernel.run_fitted(buffers, deps)  # signatures matched above
                 except Exception as error:
                     raise execution_error(error, f"launching {kernel.info.name}") from error
                 for slot in reads:
