@@ -24,6 +24,7 @@ demo: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
 
 # The API reference, from the docstrings, into build/docs (index.html): pdoc, its warnings

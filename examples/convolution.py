@@ -1,5 +1,6 @@
 """A valid 2-D convolution (channels last: NHWC images, HWIO filters) from conv.tile,
 checked against numpy on the default device (TILE_DEVICE, or device= below)."""
+
 from __future__ import annotations
 
 from pathlib import Path

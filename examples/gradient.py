@@ -1,5 +1,6 @@
 """Gradients: tile.gradient turns a Tile function into the Tile function of its gradient
 (docs/GRADIENTS.md); here of a squared error, checked against the closed form."""
+
 from __future__ import annotations
 
 import numpy as np

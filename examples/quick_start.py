@@ -1,4 +1,5 @@
 """The README's quick start: write a function, call it on numpy arrays, read the result."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,5 @@
 """Softmax over rows from softmax.tile, on every device that loaded, against numpy."""
+
 from __future__ import annotations
 
 from pathlib import Path
