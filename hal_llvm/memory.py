@@ -98,7 +98,12 @@ class _Slabs:
 
     def take(self, device: str, size: int) -> tuple[np.ndarray, int]:
         """`host_bytes(device, size)` for 0 < size <= SMALL_BYTES."""
-        step = -(-size // ALIGNMENT) * ALIGNMENT
+        slab, at, address = self.cut(device, -(-size // ALIGNMENT) * ALIGNMENT)
+        return slab[at : at + size], address
+
+    def cut(self, device: str, step: int) -> tuple[np.ndarray, int, int]:
+        """The next `step` bytes (a multiple of ALIGNMENT, at most SMALL_BYTES) of a slab, as
+        (slab, offset, address), without a view of them."""
         lock = self._lock
         lock.acquire()
         try:
@@ -107,10 +112,9 @@ class _Slabs:
                 self._slab, self._base = host_bytes(device, SLAB_BYTES)
                 at = 0
             self._next = at + step
-            slab, base = self._slab, self._base
+            return self._slab, at, self._base + at
         finally:
             lock.release()
-        return slab[at : at + size], base + at
 
 
 _slabs = _Slabs()
@@ -143,18 +147,27 @@ class CpuBuffer(Buffer):
     @classmethod
     def allocator(cls, device: Device, size: int) -> Callable[[], CpuBuffer]:
         """`allocate(device, size)` as a function of no arguments: for a small size, the slab
-        cut and the buffer made in one frame (a cached call's outputs)."""
+        cut and the buffer made in one frame, its `storage` view only when asked (a cached
+        call's outputs)."""
         if not 0 < size <= SMALL_BYTES:
             return partial(cls.allocate, device, size)
-        take, name, new = _slabs.take, device.id, cls.__new__
+        cut, name, new, step = _slabs.cut, device.id, cls.__new__, -(-size // ALIGNMENT) * ALIGNMENT
 
         def small() -> CpuBuffer:
             buffer = new(cls)
-            buffer.storage, buffer.address = take(name, size)
+            buffer._slab, buffer._at, buffer.address = cut(name, step)  # `storage` when asked
             buffer.device, buffer.size, buffer._maps = device, size, 0
             return buffer
 
         return small
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        # Reached for `storage` only by a buffer from `allocator`, which makes its view of the
+        # slab when first asked: most outputs of a cached call are only read by kernels.
+        if name != "storage" or "_slab" not in self.__dict__:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        self.storage = view = self._slab[self._at : self._at + self.size]
+        return view
 
     def _init(self, device: Device, storage: np.ndarray, address: int) -> None:
         self.device = device

@@ -34,6 +34,16 @@ def test_buffers_are_64_byte_aligned(cpu_device, size: int, way: str) -> None:
     assert not buffer.is_mapped
 
 
+def test_an_allocators_small_buffer_makes_its_view_when_asked(cpu_device) -> None:
+    buffer = cpu_device.executor.allocator(100)()
+    assert "storage" not in vars(buffer)  # a cached call's output: kernels use the address
+    buffer.storage[:] = 7
+    assert "storage" in vars(buffer) and buffer.storage.ctypes.data == buffer.address
+    assert buffer.read(100).tolist() == [7] * 100
+    with pytest.raises(AttributeError, match="no attribute 'missing'"):
+        buffer.missing  # noqa: B018 (the lookup is the test)
+
+
 @pytest.mark.parametrize("way", WAYS)
 def test_small_buffers_share_slabs_without_overlapping(cpu_device, way: str) -> None:
     """Buffers of at most SMALL_BYTES are cut from shared slabs (a cached call's outputs): each

@@ -267,14 +267,14 @@ def test_a_cached_calls_refused_output(cpu: tile.Device, monkeypatch: pytest.Mon
     # A cached call makes its small outputs through `DeviceRuntime.output_maker`, not
     # `allocate`: a refusal there is the same error, naming the output, and changes nothing.
     refuse = False
-    take = hal_llvm.memory._Slabs.take
+    cut = hal_llvm.memory._Slabs.cut
 
-    def refusing(slabs: object, device: str, size: int) -> tuple[np.ndarray, int]:
+    def refusing(slabs: object, device: str, step: int) -> tuple[np.ndarray, int, int]:
         if refuse:
-            raise hal.OutOfMemoryError(device, size, "refused for the test")
-        return take(slabs, device, size)  # type: ignore[arg-type]
+            raise hal.OutOfMemoryError(device, step, "refused for the test")
+        return cut(slabs, device, step)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(hal_llvm.memory._Slabs, "take", refusing)
+    monkeypatch.setattr(hal_llvm.memory._Slabs, "cut", refusing)
     function = tile.Function("function (A[N]) -> (B) { B = A + 1; }")
     a = tile.Tensor.from_numpy(np.arange(16, dtype=np.float32), cpu)
     for _ in range(3):  # the first call compiles, the next ones repeat it
