@@ -96,11 +96,6 @@ class _Slabs:
         self._base = 0
         self._next = SLAB_BYTES  # the first take makes a slab
 
-    def take(self, device: str, size: int) -> tuple[np.ndarray, int]:
-        """`host_bytes(device, size)` for 0 < size <= SMALL_BYTES."""
-        slab, at, address = self.cut(device, -(-size // ALIGNMENT) * ALIGNMENT)
-        return slab[at : at + size], address
-
     def cut(self, device: str, step: int) -> tuple[np.ndarray, int, int]:
         """The next `step` bytes (a multiple of ALIGNMENT, at most SMALL_BYTES) of a slab, as
         (slab, offset, address), without a view of them."""
@@ -137,33 +132,31 @@ class CpuBuffer(Buffer):
     @classmethod
     def allocate(cls, device: Device, size: int) -> CpuBuffer:
         """A new buffer of `size` bytes, 64-byte aligned (OutOfMemoryError: `host_bytes`)."""
-        buffer = cls.__new__(cls)
         if 0 < size <= SMALL_BYTES:
-            buffer._init(device, *_slabs.take(device.id, size))
-        else:
-            buffer._init(device, *host_bytes(device.id, size))
+            return cls._small(device, size, -(-size // ALIGNMENT) * ALIGNMENT)
+        buffer = cls.__new__(cls)
+        buffer._init(device, *host_bytes(device.id, size))
         return buffer
 
     @classmethod
     def allocator(cls, device: Device, size: int) -> Callable[[], CpuBuffer]:
-        """`allocate(device, size)` as a function of no arguments: for a small size, the slab
-        cut and the buffer made in one frame, its `storage` view only when asked (a cached
-        call's outputs)."""
+        """`allocate(device, size)` as a function of no arguments (a cached call's outputs):
+        for a small size, its aligned step worked out once."""
         if not 0 < size <= SMALL_BYTES:
             return partial(cls.allocate, device, size)
-        cut, name, new, step = _slabs.cut, device.id, cls.__new__, -(-size // ALIGNMENT) * ALIGNMENT
+        return partial(cls._small, device, size, -(-size // ALIGNMENT) * ALIGNMENT)
 
-        def small() -> CpuBuffer:
-            buffer = new(cls)
-            buffer._slab, buffer._at, buffer.address = cut(name, step)  # `storage` when asked
-            buffer.device, buffer.size, buffer._maps = device, size, 0
-            return buffer
-
-        return small
+    @classmethod
+    def _small(cls, device: Device, size: int, step: int) -> CpuBuffer:
+        # `step` bytes cut from a slab; the `storage` view is made when first asked.
+        buffer = cls.__new__(cls)
+        buffer._slab, buffer._at, buffer.address = _slabs.cut(device.id, step)
+        buffer.device, buffer.size, buffer._maps = device, size, 0
+        return buffer
 
     def __getattr__(self, name: str) -> np.ndarray:
-        # Reached for `storage` only by a buffer from `allocator`, which makes its view of the
-        # slab when first asked: most outputs of a cached call are only read by kernels.
+        # Reached for `storage` only by a small buffer (`_small`), which makes its view of the
+        # slab when first asked: most small outputs are only ever read by kernels.
         if name != "storage" or "_slab" not in self.__dict__:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         self.storage = view = self._slab[self._at : self._at + self.size]
